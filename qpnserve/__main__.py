@@ -1,0 +1,3 @@
+from qpnserve.cli import main
+
+main()

@@ -1,0 +1,3 @@
+"""CLI commands: server (placeholder; filled by its issue)."""
+
+from __future__ import annotations

@@ -1,0 +1,72 @@
+"""The one table of environment variables qpnserve reads or sets, each with why it exists.
+
+Every option that users set in scripts also reads a ``QPNSERVE_*`` variable; those are listed
+here so the README table and the code cannot drift (tests/test_config.py checks the README).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    meaning: str
+
+
+# The route switch, same name in native and patched hosts (contract section 5). Exactly "0" or "1".
+ROUTE_FLAG = EnvVar(
+    "VLLM_SM70_AWQ_QWEN38_QPN_M1",
+    "the AWQ M1 route: '1' on (fail closed), '0' or unset off; any other value is an error",
+)
+# vLLM's allow-list of general plugins: comma-separated names, no whitespace trimming, empty = none.
+VLLM_PLUGINS = EnvVar("VLLM_PLUGINS", "vLLM's comma-separated allow-list of general plugins")
+STATE_DIR = EnvVar(
+    "QPNSERVE_STATE_DIR", "state directory (desired/running state, logs, route reports, benches)"
+)
+# Set by `qpnserve up` for the server it starts: where each rank's plugin writes its route report.
+REPORT_DIR = EnvVar(
+    "QPNSERVE_REPORT_DIR", "where each tensor-parallel rank writes its route report"
+)
+BUILD_DIR = EnvVar("QPNSERVE_BUILD_DIR", "cache directory of compiled operator extensions")
+MODEL = EnvVar("QPNSERVE_MODEL", "default --model (checkpoint directory)")
+TP = EnvVar("QPNSERVE_TP", "default --tp (tensor-parallel size)")
+# Recorded facts instead of probing: for reviewing a recorded host offline, and for tests.
+FACTS_FILE = EnvVar("QPNSERVE_FACTS_FILE", "read preflight facts from this JSON instead of probing")
+
+ALL_VARS: tuple[EnvVar, ...] = (
+    ROUTE_FLAG,
+    VLLM_PLUGINS,
+    STATE_DIR,
+    REPORT_DIR,
+    BUILD_DIR,
+    MODEL,
+    TP,
+    FACTS_FILE,
+)
+
+PLUGIN_NAME = "qpnserve_awq_m1"  # entry point name in group vllm.general_plugins
+APP_NAME = "qpnserve"
+
+
+def state_dir() -> Path:
+    """The state directory: $QPNSERVE_STATE_DIR, else the user's XDG state dir for qpnserve."""
+    override = os.environ.get(STATE_DIR.name)
+    if override:
+        return Path(override).expanduser()
+    from platformdirs import user_state_dir
+
+    return Path(user_state_dir(APP_NAME, appauthor=False))
+
+
+def build_dir() -> Path:
+    """The extension cache: $QPNSERVE_BUILD_DIR, else the user's cache dir for qpnserve."""
+    override = os.environ.get(BUILD_DIR.name)
+    if override:
+        return Path(override).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir(APP_NAME, appauthor=False)) / "extensions"

@@ -1,0 +1,71 @@
+"""The per-rank route report: written by the plugin in every tensor-parallel worker once its MoE
+layers are initialised, read by `qpnserve up` (to verify admission) and `qpnserve status`.
+
+File: ``<report dir>/route-rank<R>.json`` (one per rank), written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from qpnserve.errors import StateError
+from qpnserve.fsutil import atomic_write_text
+
+SCHEMA_VERSION = 1
+HostKind = Literal["native", "patched", "none"]
+
+
+class LayerDecision(BaseModel):
+    """One MoE layer's init-contract outcome on one rank."""
+
+    layer: str  # the host's layer prefix, e.g. "model.language_model.layers.7.mlp.experts"
+    admitted: bool
+    reason: str = ""  # empty when admitted; else the failed requirement
+
+
+class RouteReport(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    route_flag: Literal["0", "1"]
+    host_kind: HostKind
+    host_version: str
+    patch_id: str | None  # None on a native host (nothing patched)
+    build_key: str | None  # the loaded extension's build key; None on a native host
+    tp_rank: int
+    tp_size: int
+    pid: int
+    written_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    layers: list[LayerDecision]
+
+    @property
+    def num_admitted(self) -> int:
+        return sum(1 for d in self.layers if d.admitted)
+
+
+def report_path(report_dir: Path, tp_rank: int) -> Path:
+    return report_dir / f"route-rank{tp_rank}.json"
+
+
+def write_report(report_dir: Path, report: RouteReport) -> Path:
+    path = report_path(report_dir, report.tp_rank)
+    atomic_write_text(path, report.model_dump_json(indent=2) + "\n")
+    return path
+
+
+def read_reports(report_dir: Path) -> list[RouteReport]:
+    """All rank reports in ``report_dir``, sorted by rank. A corrupt file is a StateError."""
+    reports = []
+    for path in sorted(report_dir.glob("route-rank*.json")):
+        try:
+            reports.append(RouteReport.model_validate(json.loads(path.read_text("utf-8"))))
+        except (OSError, ValueError, ValidationError) as exc:
+            first = str(exc).splitlines()[0]
+            raise StateError(
+                f"route report {path.name} is unreadable: {first}",
+                hint=f"delete {path} and restart the server to rewrite it",
+            ) from None
+    return sorted(reports, key=lambda r: r.tp_rank)
