@@ -1,0 +1,247 @@
+"""Which vLLM host is installed, and which kind of build it is, read from its installed files.
+
+Never imports vllm: importing it is slow, may initialise CUDA, and would run the very plugin
+machinery qpnserve hooks into. Everything here reads files (importlib.metadata for the
+distribution, ``ast`` for Python sources, a byte search for the compiled op name).
+
+Host kinds (contract section 1):
+- ``native``: ``vllm/envs.py`` knows ``VLLM_SM70_AWQ_QWEN38_QPN_M1`` and the native op name
+  ``awq_moe_qpn_m1_sm70_out`` appears in the installed files (Python sources or the compiled
+  ``_C`` library);
+- ``patched``: ``vllm/model_executor/layers/quantization/awq_sm70_moe.py`` defines
+  ``class AWQSM70MoEMethod`` with a method ``_apply_legacy_single_token_compact`` (the v1.3.0
+  line), which is the hook point of qpnserve's dispatch;
+- ``none``: neither.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import mmap
+import re
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+HostKind = Literal["native", "patched", "none"]
+HostDist = Literal["1cat-vllm", "vllm"]
+
+ROUTE_FLAG_NAME = "VLLM_SM70_AWQ_QWEN38_QPN_M1"
+NATIVE_OP_NAME = "awq_moe_qpn_m1_sm70_out"
+# The hook point of a patched host, relative to the installed ``vllm`` package directory.
+METHOD_MODULE_RELPATH = "model_executor/layers/quantization/awq_sm70_moe.py"
+METHOD_CLASS = "AWQSM70MoEMethod"
+HOOK_METHOD = "_apply_legacy_single_token_compact"
+
+_DIST_NAMES: tuple[HostDist, ...] = ("1cat-vllm", "vllm")
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    dist_name: HostDist  # "vllm" also when no distribution metadata was found
+    version: str  # "unknown" when neither metadata nor vllm/_version.py tells
+    package_dir: Path  # the installed ``vllm`` package directory
+    kind: HostKind
+    has_route_flag: bool  # envs.py knows VLLM_SM70_AWQ_QWEN38_QPN_M1
+    has_native_op: bool  # awq_moe_qpn_m1_sm70_out appears in the installed files
+    has_hook_method: bool  # AWQSM70MoEMethod._apply_legacy_single_token_compact exists
+
+
+def _normalise_dist_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def find_package_dir(search_path: Sequence[str | Path] | None = None) -> Path | None:
+    """The directory of the importable ``vllm`` package, found without importing it."""
+    if search_path is None:
+        # A top-level find_spec runs the import finders (editable installs included) but does
+        # not execute vllm/__init__.py.
+        spec = importlib.util.find_spec("vllm")
+    else:
+        spec = importlib.machinery.PathFinder.find_spec("vllm", [str(p) for p in search_path])
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        if Path(location, "__init__.py").is_file():
+            return Path(location).resolve()
+    return None
+
+
+def _dist_for(package_dir: Path, search_path: Sequence[str | Path] | None) -> tuple[str, str]:
+    """(normalised name, version) of the distribution that installed ``package_dir``."""
+    if search_path is None:
+        dists = importlib.metadata.distributions()
+    else:
+        dists = importlib.metadata.distributions(path=[str(p) for p in search_path])
+    candidates: list[tuple[int, str, str]] = []
+    for dist in dists:
+        name = _normalise_dist_name(dist.metadata["Name"] or "")
+        if name not in _DIST_NAMES:
+            continue
+        owns = any(
+            Path(str(dist.locate_file(f))).resolve().parent == package_dir
+            for f in (dist.files or [])
+            if str(f).replace("\\", "/").startswith("vllm/__init__.")
+        )
+        # Prefer the distribution that owns these files, then the fork over upstream.
+        rank = (0 if owns else 2) + (0 if name == "1cat-vllm" else 1)
+        candidates.append((rank, name, dist.version or "unknown"))
+    if candidates:
+        _, name, version = min(candidates)
+        return name, version
+    return "vllm", _version_from_source(package_dir)
+
+
+def _version_from_source(package_dir: Path) -> str:
+    for rel in ("_version.py", "version.py"):
+        tree = _parse(package_dir / rel)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Assign)
+                and any(
+                    isinstance(t, ast.Name) and t.id in ("__version__", "version")
+                    for t in node.targets
+                )
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                return node.value.value
+    return "unknown"
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+
+
+def _file_contains(path: Path, needle: bytes) -> bool:
+    try:
+        with path.open("rb") as f:
+            if path.stat().st_size == 0:
+                return False
+            # mmap: the compiled _C library is hundreds of MB; no need to read it into memory.
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                return mapped.find(needle) >= 0
+    except (OSError, ValueError):
+        return False
+
+
+def _envs_knows_route_flag(package_dir: Path) -> bool:
+    return _file_contains(package_dir / "envs.py", ROUTE_FLAG_NAME.encode())
+
+
+def _native_op_present(package_dir: Path) -> bool:
+    needle = NATIVE_OP_NAME.encode()
+    sources = [package_dir / "_custom_ops.py"]
+    sources += sorted((package_dir / "model_executor" / "layers" / "quantization").glob("*.py"))
+    compiled = sorted(package_dir.glob("_C*.so")) + sorted(package_dir.glob("_moe_C*.so"))
+    return any(_file_contains(p, needle) for p in [*sources, *compiled])
+
+
+def _find_method(
+    tree: ast.Module, class_name: str, method_name: str
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and (
+                    item.name == method_name
+                ):
+                    return item
+    return None
+
+
+def method_source(
+    host_or_package_dir: HostInfo | Path | str,
+    module_relpath: str,
+    class_name: str,
+    method_name: str,
+) -> str | None:
+    """Exact source text (decorators included) of ``class_name.method_name`` in an installed
+    module, or None when the file, class or method is absent or the file does not parse.
+
+    ``module_relpath`` is relative to the ``vllm`` package directory
+    ("model_executor/layers/quantization/awq_sm70_moe.py"); a dotted module name
+    ("vllm.model_executor.layers.quantization.awq_sm70_moe") is accepted too.
+    """
+    if isinstance(host_or_package_dir, HostInfo):
+        package_dir = host_or_package_dir.package_dir
+    else:
+        package_dir = Path(host_or_package_dir)
+    if not module_relpath.endswith(".py"):
+        parts = module_relpath.split(".")
+        if parts and parts[0] == "vllm":
+            parts = parts[1:]
+        module_relpath = "/".join(parts) + ".py"
+    path = package_dir / module_relpath
+    try:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text, filename=str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    node = _find_method(tree, class_name, method_name)
+    if node is None:
+        return None
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    last = node.end_lineno or node.lineno
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[first - 1 : last])
+
+
+def fingerprint(source: str) -> str:
+    """ "sha256:<hex>" of ``source`` normalised so that re-indentation and trailing whitespace
+    do not change it: dedent, strip trailing whitespace on every line, drop leading and trailing
+    blank lines, join with "\\n"."""
+    lines = [line.rstrip() for line in textwrap.dedent(source).splitlines()]
+    normalised = "\n".join(lines).strip("\n")
+    return "sha256:" + hashlib.sha256(normalised.encode("utf-8")).hexdigest()
+
+
+def classify(package_dir: Path) -> tuple[HostKind, bool, bool, bool]:
+    """(kind, has_route_flag, has_native_op, has_hook_method) of an installed vllm tree."""
+    has_flag = _envs_knows_route_flag(package_dir)
+    has_op = has_flag and _native_op_present(package_dir)
+    has_hook = (
+        method_source(package_dir, METHOD_MODULE_RELPATH, METHOD_CLASS, HOOK_METHOD) is not None
+    )
+    kind: HostKind
+    if has_flag and has_op:
+        kind = "native"
+    elif has_hook:
+        kind = "patched"
+    else:
+        kind = "none"
+    return kind, has_flag, has_op, has_hook
+
+
+def detect_host(search_path: Sequence[str | Path] | None = None) -> HostInfo | None:
+    """The installed vLLM host, or None when no ``vllm`` package is importable.
+
+    ``search_path`` replaces sys.path (and the import hooks of editable installs) for both the
+    package and its distribution metadata; tests point it at a fake installed tree.
+    """
+    package_dir = find_package_dir(search_path)
+    if package_dir is None:
+        return None
+    name, version = _dist_for(package_dir, search_path)
+    kind, has_flag, has_op, has_hook = classify(package_dir)
+    dist_name: HostDist = "1cat-vllm" if name == "1cat-vllm" else "vllm"
+    return HostInfo(
+        dist_name=dist_name,
+        version=version,
+        package_dir=package_dir,
+        kind=kind,
+        has_route_flag=has_flag,
+        has_native_op=has_op,
+        has_hook_method=has_hook,
+    )
