@@ -1,0 +1,177 @@
+"""The wrappers the patch puts on the host class, and the marker that makes applying idempotent.
+
+Patched host (route flag 1):
+- process_weights_after_loading: the host's own, then the init contract for that layer; the
+  decision goes to the route report; a failed requirement raises DispatchError naming the layer
+  and the requirement (fail closed: vLLM stops the worker, the server does not start).
+- _apply_legacy_single_token_compact: when the layer passed the contract and the call is the one
+  physical token (contract.admission_failure is None), the operator writes the host's own
+  ``output`` and ``buffers["intermediate"]`` from the host's own banks (no copies) and the
+  host's ``output`` is returned; every other call goes to the host's original, unchanged.
+
+Native host: only an observer around process_weights_after_loading that reads the host's own
+per-layer decision (``layer.sm70_awq_qwen38_qpn_m1``) into the route report; the route is the
+host's, nothing in the dispatch changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from qpnserve.config import ROUTE_FLAG
+from qpnserve.dispatch.contract import (
+    TOP_K,
+    admission_failure,
+    host_buffer_failure,
+    init_contract_failures,
+)
+from qpnserve.dispatch.recorder import RouteRecorder, layer_name
+from qpnserve.errors import DispatchError
+
+logger = logging.getLogger("vllm.qpnserve_awq_m1")
+
+MARKER = "_qpnserve_awq_m1_patch"  # on the host class: {"mode", "patch_id", "originals"}
+ADMITTED_ATTR = "qpnserve_awq_m1_admitted"  # on each layer that passed the init contract
+NATIVE_DECISION_ATTR = "sm70_awq_qwen38_qpn_m1"  # the native host's own per-layer decision
+HOOK = "_apply_legacy_single_token_compact"
+INIT = "process_weights_after_loading"
+
+# The operator: torch.ops.qpnserve.awq_moe_m1_out(out, intermediate, x, w13, s13, w2, s2, ids,
+# weights) -> None (contract section 4).
+Operator = Callable[..., Any]
+
+
+def applied_mode(cls: type) -> str | None:
+    """ "patched" or "observe" when this class already carries the patch, else None."""
+    marker = cls.__dict__.get(MARKER)
+    return None if marker is None else str(marker["mode"])
+
+
+def install_patched(cls: type, *, op: Operator, recorder: RouteRecorder, patch_id: str) -> bool:
+    """Wrap the two methods; False (and nothing done) when the class is already patched."""
+    if applied_mode(cls) is not None:
+        return False
+    original_init = getattr(cls, INIT)
+    original_hook = getattr(cls, HOOK)
+
+    @functools.wraps(original_init)
+    def process_weights_after_loading(self: Any, layer: Any) -> Any:
+        result = original_init(self, layer)
+        failures = init_contract_failures(layer, self, operator_loaded=op is not None)
+        name = layer_name(layer)
+        if failures:
+            setattr(layer, ADMITTED_ATTR, False)
+            recorder.record(layer, admitted=False, reason="; ".join(failures))
+            raise DispatchError(
+                f"{ROUTE_FLAG.name}=1 but MoE layer {name} fails the AWQ M1 init contract: "
+                f"requires {failures[0]}"
+                + (
+                    f" (and {len(failures) - 1} more, see the route report)" if failures[1:] else ""
+                ),
+                hint=f"set {ROUTE_FLAG.name}=0 to serve this model without the route",
+            )
+        setattr(layer, ADMITTED_ATTR, True)
+        recorder.record(layer, admitted=True)
+        return result
+
+    warned: set[str] = set()
+
+    @functools.wraps(original_hook)
+    def _apply_legacy_single_token_compact(
+        self: Any,
+        layer: Any,
+        x: Any,
+        topk_weights: Any,
+        topk_ids_i32: Any,
+        buffers: dict[str, Any],
+        top_k: int,
+        output: Any,
+    ) -> Any:
+        if (
+            getattr(layer, ADMITTED_ATTR, False)
+            and admission_failure(x, topk_weights, topk_ids_i32) is None
+        ):
+            intermediate = buffers["intermediate"]
+            problem = host_buffer_failure(output, intermediate, x)
+            if problem is None:
+                # v1.3.0 hands exactly (10, 160) slots for one token; a longer persistent
+                # buffer is sliced to its first 10 rows: a view of the same storage, not a copy.
+                if intermediate.shape[0] != TOP_K:
+                    intermediate = intermediate[:TOP_K]
+                # Tensor boundary: output (1,2560) fp16, intermediate (10,160) fp16, x (1,2560)
+                # fp16, banks as prepared by the host (contract section 3), ids (1,10) int32
+                # router order, weights (1,10) fp32; all contiguous, on one device.
+                op(
+                    output,
+                    intermediate,
+                    x,
+                    layer.w13_tm_weight,
+                    layer.w13_tm_scales,
+                    layer.w2_tm_weight,
+                    layer.w2_tm_scales,
+                    topk_ids_i32,
+                    topk_weights,
+                )
+                return output
+            if problem not in warned:  # a host drift the fingerprints did not catch
+                warned.add(problem)
+                logger.warning(
+                    "qpnserve AWQ M1: one-token call left on the host route: %s", problem
+                )
+        return original_hook(self, layer, x, topk_weights, topk_ids_i32, buffers, top_k, output)
+
+    setattr(cls, INIT, process_weights_after_loading)
+    setattr(cls, HOOK, _apply_legacy_single_token_compact)
+    setattr(
+        cls,
+        MARKER,
+        {
+            "mode": "patched",
+            "patch_id": patch_id,
+            "originals": {INIT: original_init, HOOK: original_hook},
+        },
+    )
+    return True
+
+
+def install_observer(cls: type, *, recorder: RouteRecorder) -> bool:
+    """Native host: record the host's own per-layer decision; False when already installed."""
+    if applied_mode(cls) is not None:
+        return False
+    original_init = getattr(cls, INIT)
+
+    @functools.wraps(original_init)
+    def process_weights_after_loading(self: Any, layer: Any) -> Any:
+        result = original_init(self, layer)
+        decided = getattr(layer, NATIVE_DECISION_ATTR, None)
+        if decided is None:
+            recorder.record(
+                layer, admitted=False, reason="native (host-decided): no per-layer decision exposed"
+            )
+        elif decided:
+            recorder.record(layer, admitted=True)
+        else:
+            recorder.record(
+                layer,
+                admitted=False,
+                reason=f"native host declined the layer ({NATIVE_DECISION_ATTR} is False)",
+            )
+        return result
+
+    setattr(cls, INIT, process_weights_after_loading)
+    setattr(cls, MARKER, {"mode": "observe", "patch_id": None, "originals": {INIT: original_init}})
+    return True
+
+
+def remove(cls: type) -> bool:
+    """Restore the host's original methods (tests, and a clean in-process rollback)."""
+    marker = cls.__dict__.get(MARKER)
+    if marker is None:
+        return False
+    for name, original in marker["originals"].items():
+        setattr(cls, name, original)
+    delattr(cls, MARKER)
+    return True
