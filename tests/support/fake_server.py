@@ -162,8 +162,10 @@ class FakeOpenAIServer:
                 interval_s=self.config.inter_token_interval_s,
             )
             if body.get("stream"):
-                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                await _stream(send, request, plan, include_usage)
+                options = body.get("stream_options") or {}
+                usage_mode = "every" if options.get("continuous_usage_stats") else "last"
+                usage_mode = usage_mode if options.get("include_usage") else "none"
+                await _stream(send, request, plan, usage_mode)
             else:
                 await _complete(send, request, plan)
         finally:
@@ -212,7 +214,9 @@ def _count_prompt_tokens(prompt: Any) -> int:
     return 0
 
 
-async def _stream(send: Send, request: _Request, plan: _Plan, include_usage: bool) -> None:
+async def _stream(send: Send, request: _Request, plan: _Plan, usage_mode: str) -> None:
+    """usage_mode: "none", "last" (include_usage) or "every" (vLLM's continuous_usage_stats:
+    cumulative usage in every chunk, which tells a client exactly how many tokens each carries)."""
     await send(
         {
             "type": "http.response.start",
@@ -227,15 +231,17 @@ async def _stream(send: Send, request: _Request, plan: _Plan, include_usage: boo
         if delay_s > 0:
             await asyncio.sleep(delay_s)
         finish = plan.finish_reason if (j == last and plan.then == "end") else None
-        await _send_event(send, _chunk(request, [_choice(text, finish)], None))
+        usage = _usage(request, j + 1) if usage_mode == "every" else None
+        await _send_event(send, _chunk(request, [_choice(text, finish)], usage))
     if plan.then == "close":
         raise _DropConnection("dropping the connection on purpose")
     if plan.then == "exit":
         await asyncio.sleep(0.05)  # let the transport flush what was sent, then die
         os._exit(EXIT_CODE_ON_EXIT_FAILURE)
     if not plan.texts:
-        await _send_event(send, _chunk(request, [_choice("", plan.finish_reason)], None))
-    if include_usage:
+        usage = _usage(request, 0) if usage_mode == "every" else None
+        await _send_event(send, _chunk(request, [_choice("", plan.finish_reason)], usage))
+    if usage_mode != "none":
         await _send_event(send, _chunk(request, [], _usage(request, len(plan.texts))))
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
