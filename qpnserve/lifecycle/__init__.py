@@ -1,0 +1,60 @@
+"""The server lifecycle stages: `up`, `down`, `status`, `rollback`.
+
+The CLI (cli/server.py) and `bench ab` call these. They raise QpnErrors and report progress
+through a callback (default: stderr); they never print data.
+
+- ``up(opts: UpOptions, progress=None, stages=None) -> RunningState``: detached, returns once
+  ready; foreground, returns after `qpnserve down` stopped the server (KeyboardInterrupt after
+  stopping the group on Ctrl-C/SIGTERM; ServerError if the server exits on its own).
+- ``down(timeout_s=60.0, progress=None) -> DownResult``
+- ``status(probe_timeout_s=2.0) -> StatusReport``
+- ``rollback(restart=False, unpatch=False, stop_timeout_s=60.0, up_timeout_s=1800.0,
+  progress=None, stages=None) -> RollbackResult``
+
+Locking: the state lock is held only for short read-modify-write sections (check-and-start,
+record ready, mark stopping, clear), never while a model loads, so `status` and `down` work
+from another terminal while `up` waits.
+"""
+
+from __future__ import annotations
+
+from qpnserve.lifecycle.control import (
+    DownResult,
+    StatusReport,
+    down,
+    restart_command,
+    restart_decision,
+    status,
+    up_argv,
+)
+from qpnserve.lifecycle.options import (
+    HostSummary,
+    Progress,
+    Stages,
+    UpOptions,
+    default_stages,
+    stderr_progress,
+)
+from qpnserve.lifecycle.rollback import RollbackResult, rollback
+from qpnserve.lifecycle.up import LaunchPlan, plan_launch, up
+
+__all__ = [
+    "DownResult",
+    "HostSummary",
+    "LaunchPlan",
+    "Progress",
+    "RollbackResult",
+    "Stages",
+    "StatusReport",
+    "UpOptions",
+    "default_stages",
+    "down",
+    "plan_launch",
+    "restart_command",
+    "restart_decision",
+    "rollback",
+    "status",
+    "stderr_progress",
+    "up",
+    "up_argv",
+]

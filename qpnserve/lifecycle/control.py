@@ -1,0 +1,197 @@
+"""`down` and `status`: stop the recorded server's whole process group; report desired versus
+running state without ever claiming more than was observed."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from qpnserve.errors import QpnError
+from qpnserve.lifecycle.options import Progress, stderr_progress
+from qpnserve.procs import group_members, is_alive, stop_group
+from qpnserve.route_check import RouteSummary, expected_moe_layers, summarize
+from qpnserve.route_report import read_reports
+from qpnserve.state import (
+    DesiredState,
+    RunningState,
+    clear_running,
+    ensure_state_dir,
+    locked,
+    read_desired,
+    read_running,
+    write_running,
+)
+
+ServerPhase = Literal["not running", "starting", "ready", "stopping", "gone"]
+
+
+class DownResult(BaseModel):
+    stopped: bool  # False: nothing was recorded (or nothing was left to stop)
+    pid: int | None = None
+    pgid: int | None = None
+    terminated: list[int] = Field(default_factory=list)  # group members when SIGTERM was sent
+    killed: list[int] = Field(default_factory=list)  # still there after the grace period
+
+
+def down(timeout_s: float = 60.0, progress: Progress | None = None) -> DownResult:
+    """SIGTERM the recorded server's group, wait ``timeout_s``, SIGKILL the rest, confirm, clear."""
+    say = progress or stderr_progress
+    root = ensure_state_dir()
+    with locked(root):
+        running = read_running(root)
+        if running is None:
+            return DownResult(stopped=False)
+        leader_reused = (
+            running.proc_start_ticks is not None
+            and is_alive(running.pid, None)
+            and not is_alive(running.pid, running.proc_start_ticks)
+        )
+        if leader_reused:
+            # The pid now names another process (reuse); its group is not ours to signal.
+            say(f"pid {running.pid} is no longer the recorded server; clearing the record")
+            clear_running(root, running.pid)
+            return DownResult(stopped=False, pid=running.pid, pgid=running.pgid)
+        # Mark first: a foreground `up` that sees its server exit then knows it was asked to.
+        write_running(root, running.model_copy(update={"phase": "stopping"}))
+    members = group_members(running.pgid)
+    if members:
+        say(f"stopping the server: SIGTERM to process group {running.pgid} (pids {members})")
+    outcome = stop_group(running.pgid, timeout_s, progress=say)
+    with locked(root):
+        clear_running(root, running.pid)
+    if outcome.had_members:
+        forced = f"; SIGKILL for {outcome.killed}" if outcome.forced else ""
+        say(f"stopped: no process of group {running.pgid} is left{forced}")
+    else:
+        say(f"the recorded server (pid {running.pid}) was already gone; record cleared")
+    return DownResult(
+        stopped=bool(outcome.had_members),
+        pid=running.pid,
+        pgid=running.pgid,
+        terminated=outcome.had_members,
+        killed=outcome.killed,
+    )
+
+
+class StatusReport(BaseModel):
+    state_dir: str
+    desired: DesiredState | None
+    running: RunningState | None
+    server: ServerPhase
+    group_pids: list[int] = Field(default_factory=list)  # live processes of the server's group
+    healthy: bool | None = None  # None: not probed (nothing running)
+    health_detail: str | None = None
+    route: RouteSummary | None = None
+    route_text: str | None = None
+    restart_needed: bool
+    restart_reasons: list[str] = Field(default_factory=list)
+    restart_command: str | None = None
+
+
+def status(probe_timeout_s: float = 2.0) -> StatusReport:
+    """Desired versus running, liveness from /proc, health from /health, route from reports."""
+    root = ensure_state_dir()
+    with locked(root):
+        desired = read_desired(root)
+        running = read_running(root)
+    phase: ServerPhase = "not running"
+    members: list[int] = []
+    healthy: bool | None = None
+    health_detail: str | None = None
+    route: RouteSummary | None = None
+    if running is not None:
+        alive = is_alive(running.pid, running.proc_start_ticks)
+        reused = not alive and is_alive(running.pid, None)  # the pid names another process now
+        members = [] if reused else group_members(running.pgid)
+        phase = running.phase if alive else "gone"
+        if alive:
+            healthy, health_detail = _probe_health(running.base_url, probe_timeout_s)
+        try:
+            reports = read_reports(Path(running.report_dir))
+            route = summarize(reports, running.tp, expected_moe_layers(Path(running.model)))
+        except QpnError as exc:
+            health_detail = f"{health_detail or ''}; {exc.message}".lstrip("; ")
+    needed, reasons = restart_decision(desired, running, phase)
+    if phase == "gone" and members:
+        reasons.append(f"pids {members} of its process group remain: `qpnserve down` stops them")
+    command = restart_command(desired) if needed else None
+    return StatusReport(
+        state_dir=str(root),
+        desired=desired,
+        running=running,
+        server=phase,
+        group_pids=members,
+        healthy=healthy,
+        health_detail=health_detail,
+        route=route,
+        route_text=route.text if route else None,
+        restart_needed=needed,
+        restart_reasons=reasons,
+        restart_command=command,
+    )
+
+
+def _probe_health(base_url: str, timeout_s: float) -> tuple[bool, str]:
+    import httpx
+
+    try:
+        resp = httpx.get(f"{base_url}/health", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        return False, f"/health: no answer ({type(exc).__name__})"
+    return resp.status_code == 200, f"/health: HTTP {resp.status_code}"
+
+
+def restart_decision(
+    desired: DesiredState | None, running: RunningState | None, phase: ServerPhase
+) -> tuple[bool, list[str]]:
+    """Does the running server differ from the desired state in a way only a restart fixes?"""
+    if running is None:
+        return False, []
+    if phase == "gone":
+        return True, [f"the recorded server (pid {running.pid}) is not running any more"]
+    if desired is None or phase == "stopping":
+        return False, []
+    reasons = []
+    running_on = running.route_flag == "1"
+    if desired.awq_m1 != running_on:
+        reasons.append(
+            f"route: running {'on' if running_on else 'off'}, desired "
+            f"{'on' if desired.awq_m1 else 'off'} (CUDA graphs captured at start keep the "
+            "route the server started with)"
+        )
+    if desired.include_plugin != running.include_plugin:
+        reasons.append(
+            f"plugin: running {'with' if running.include_plugin else 'without'} qpnserve's "
+            f"plugin, desired {'with' if desired.include_plugin else 'without'}"
+        )
+    for name in ("model", "tp", "host", "port", "extra_args"):
+        want, have = getattr(desired, name), getattr(running, name)
+        if want is not None and want != have:
+            reasons.append(f"{name}: running {have!r}, desired {want!r}")
+    return bool(reasons), reasons
+
+
+def restart_command(desired: DesiredState | None) -> str:
+    if desired is None or desired.model is None:
+        return "qpnserve down && qpnserve up --model PATH"
+    if not desired.awq_m1:
+        unpatch = " --unpatch" if not desired.include_plugin else ""
+        return f"qpnserve rollback --restart{unpatch}"
+    return "qpnserve down && " + shlex.join(up_argv(desired))
+
+
+def up_argv(desired: DesiredState) -> list[str]:
+    """The `qpnserve up` command line that starts ``desired`` (detached)."""
+    argv = ["qpnserve", "up", "--awq-m1" if desired.awq_m1 else "--no-awq-m1"]
+    argv += ["--model", desired.model or "PATH", "--tp", str(desired.tp)]
+    argv += ["--host", desired.host, "--port", str(desired.port), "--detach"]
+    if desired.served_model_name:
+        argv += ["--served-model-name", desired.served_model_name]
+    if desired.server_module:
+        argv += ["--server-module", desired.server_module]
+    if desired.extra_args:
+        argv += ["--", *desired.extra_args]
+    return argv

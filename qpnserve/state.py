@@ -1,0 +1,211 @@
+"""Desired and running state of the server, on disk under the state directory.
+
+- ``desired.json``: what the operator asked for (route on/off, plugin in/out, model, TP, port,
+  extra server args). `up` writes it; `rollback` flips the route off.
+- ``server.json``: the server qpnserve started and believes is running (pid, process group,
+  the process's kernel start time against pid reuse, exact argv, the environment that matters,
+  host kind, patch id, extension build key, log path). Cleared by `down` and by a failed `up`.
+
+Every write is atomic (fsutil) and every read-modify-write happens under ``state.lock`` (a
+filelock), so two qpnserve commands cannot race. The directory is created with mode 0700
+because the files name the model path and the server's environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from qpnserve import config
+from qpnserve.errors import ConflictError, StateError
+from qpnserve.fsutil import atomic_write_text
+
+SCHEMA_VERSION = 1
+DESIRED_FILE = "desired.json"
+RUNNING_FILE = "server.json"
+LOCK_FILE = "state.lock"
+# Long enough to outlast another command's short critical section (record a start, mark a stop),
+# short enough that a wedged holder is reported instead of hanging forever.
+DEFAULT_LOCK_TIMEOUT_S = 30.0
+
+HostKind = Literal["native", "patched", "none", "unknown"]
+Phase = Literal["starting", "ready", "stopping"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class DesiredState(BaseModel):
+    """What the next `qpnserve up` (or `rollback --restart`) starts."""
+
+    schema_version: int = SCHEMA_VERSION
+    awq_m1: bool
+    include_plugin: bool = True  # False after `rollback --unpatch`: the plugin stays out
+    model: str | None = None
+    served_model_name: str | None = None
+    tp: int = 4
+    host: str = "127.0.0.1"
+    port: int = 8000
+    extra_args: list[str] = Field(default_factory=list)
+    server_module: str | None = None  # None = the default host module
+    updated_at: datetime = Field(default_factory=_now)
+
+
+class RunningState(BaseModel):
+    """The server qpnserve started. Only `up` writes it; `down` and failed `up`s clear it."""
+
+    schema_version: int = SCHEMA_VERSION
+    phase: Phase
+    pid: int
+    pgid: int
+    # Field 22 of /proc/<pid>/stat (clock ticks since boot): a pid that is alive with another
+    # start time is a different process that reused the number, not our server.
+    proc_start_ticks: int | None
+    started_at: datetime
+    argv: list[str]
+    env: dict[str, str | None]  # only the variables that decide the route; None = unset
+    cwd: str
+    route_flag: Literal["0", "1"]
+    include_plugin: bool
+    host_kind: HostKind
+    host_version: str | None = None
+    patch_id: str | None = None
+    build_key: str | None = None
+    model: str
+    served_model_name: str
+    tp: int
+    host: str
+    port: int
+    extra_args: list[str] = Field(default_factory=list)
+    server_module: str
+    log_path: str
+    report_dir: str
+    ready_at: datetime | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{client_host(self.host)}:{self.port}"
+
+
+def client_host(host: str) -> str:
+    """Where a local client connects to reach a server bound on ``host``."""
+    if host in ("0.0.0.0", "", "*"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def ensure_state_dir(path: Path | None = None) -> Path:
+    """Create the state directory (0700) and tighten it if it is readable by others."""
+    root = path or config.state_dir()
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = stat.S_IMODE(root.stat().st_mode)
+        if mode & 0o077:
+            os.chmod(root, 0o700)
+    except OSError as exc:
+        raise StateError(
+            f"cannot create the state directory {root}: {exc.strerror or exc}",
+            hint=f"set {config.STATE_DIR.name} to a writable directory",
+        ) from None
+    return root
+
+
+@contextlib.contextmanager
+def locked(root: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the state lock; another qpnserve command holding it too long is a ConflictError."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(root / LOCK_FILE), mode=0o600)
+    try:
+        lock.acquire(timeout=timeout_s)
+    except Timeout:
+        raise ConflictError(
+            f"the state in {root} is locked by another qpnserve command (waited {timeout_s:.0f} s)",
+            hint="wait for the other command to finish, then retry",
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _read(path: Path, model: type[M]) -> M | None:
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateError(
+            f"cannot read state file {path}: {exc.strerror or exc}",
+            hint="check the permissions of the state directory",
+        ) from None
+    try:
+        return model.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise StateError(
+            f"state file {path} is corrupt: {first}",
+            hint=f"inspect it, stop any server by hand if one runs, then delete {path}",
+        ) from None
+
+
+def _write(path: Path, data: BaseModel) -> None:
+    try:
+        atomic_write_text(path, data.model_dump_json(indent=2) + "\n")
+    except OSError as exc:
+        raise StateError(
+            f"cannot write state file {path}: {exc.strerror or exc}",
+            hint="check free space and the permissions of the state directory",
+        ) from None
+
+
+def read_desired(root: Path) -> DesiredState | None:
+    return _read(root / DESIRED_FILE, DesiredState)
+
+
+def write_desired(root: Path, desired: DesiredState) -> None:
+    _write(root / DESIRED_FILE, desired)
+
+
+def read_running(root: Path) -> RunningState | None:
+    return _read(root / RUNNING_FILE, RunningState)
+
+
+def write_running(root: Path, running: RunningState) -> None:
+    _write(root / RUNNING_FILE, running)
+
+
+def clear_running(root: Path, pid: int | None = None) -> bool:
+    """Remove server.json; with ``pid``, only if it still records that server. True if removed."""
+    path = root / RUNNING_FILE
+    if pid is not None:
+        current = read_running(root)
+        if current is None or current.pid != pid:
+            return False
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def logs_dir(root: Path) -> Path:
+    return root / "logs"
+
+
+def report_dir(root: Path) -> Path:
+    return root / "reports"
