@@ -36,6 +36,11 @@ MODEL = EnvVar("QPNSERVE_MODEL", "default --model (checkpoint directory)")
 TP = EnvVar("QPNSERVE_TP", "default --tp (tensor-parallel size)")
 # Recorded facts instead of probing: for reviewing a recorded host offline, and for tests.
 FACTS_FILE = EnvVar("QPNSERVE_FACTS_FILE", "read preflight facts from this JSON instead of probing")
+# `bench smoke`: where the server answers and which served model to ask, so scripts set them once.
+BENCH_URL = EnvVar("QPNSERVE_URL", "default --url of `bench smoke` (the server's base URL)")
+SERVED_MODEL = EnvVar(
+    "QPNSERVE_SERVED_MODEL", "default --model of `bench smoke` (a served model name)"
+)
 
 ALL_VARS: tuple[EnvVar, ...] = (
     ROUTE_FLAG,
@@ -46,6 +51,8 @@ ALL_VARS: tuple[EnvVar, ...] = (
     MODEL,
     TP,
     FACTS_FILE,
+    BENCH_URL,
+    SERVED_MODEL,
 )
 
 PLUGIN_NAME = "qpnserve_awq_m1"  # entry point name in group vllm.general_plugins
