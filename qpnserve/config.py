@@ -41,6 +41,18 @@ BENCH_URL = EnvVar("QPNSERVE_URL", "default --url of `bench smoke` (the server's
 SERVED_MODEL = EnvVar(
     "QPNSERVE_SERVED_MODEL", "default --model of `bench smoke` (a served model name)"
 )
+# `up`/`down`/`rollback`: what scripts set once. The server module is replaceable so tests can
+# launch a stand-in process instead of vLLM; the output always names the module that ran.
+SERVER_MODULE = EnvVar(
+    "QPNSERVE_SERVER_MODULE",
+    "default --server-module of `up` (default vllm.entrypoints.openai.api_server)",
+)
+HOST = EnvVar("QPNSERVE_HOST", "default --host of `up` (the address the server binds)")
+PORT = EnvVar("QPNSERVE_PORT", "default --port of `up`")
+UP_TIMEOUT = EnvVar("QPNSERVE_UP_TIMEOUT_S", "default --timeout-s of `up` (wait for readiness)")
+STOP_TIMEOUT = EnvVar(
+    "QPNSERVE_STOP_TIMEOUT_S", "default grace period of `down` before SIGKILL, in seconds"
+)
 
 ALL_VARS: tuple[EnvVar, ...] = (
     ROUTE_FLAG,
@@ -53,6 +65,11 @@ ALL_VARS: tuple[EnvVar, ...] = (
     FACTS_FILE,
     BENCH_URL,
     SERVED_MODEL,
+    SERVER_MODULE,
+    HOST,
+    PORT,
+    UP_TIMEOUT,
+    STOP_TIMEOUT,
 )
 
 PLUGIN_NAME = "qpnserve_awq_m1"  # entry point name in group vllm.general_plugins
