@@ -1,0 +1,166 @@
+"""Facts about a machine and a checkpoint, probed once (or loaded from a recorded JSON file).
+
+The checks (checks.py) are pure functions of these models. A probe that cannot find something
+records that as a fact (``nvml_ok=False`` with the error) instead of raising.
+
+$QPNSERVE_FACTS_FILE replaces the machine probes (gpu, torch, nvcc, host, and env when the file
+has it) with recorded facts; the checkpoint is still probed from ``--model``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from qpnserve.config import FACTS_FILE
+from qpnserve.errors import UsageError
+
+FACTS_SCHEMA_VERSION = 1
+HostKind = Literal["native", "patched", "none"]
+
+
+class GpuDevice(BaseModel):
+    index: int  # NVML index (not necessarily the CUDA index)
+    name: str  # "Tesla V100-SXM2-32GB"
+    compute_capability: str  # "7.0"
+    memory_total_mib: int
+    uuid: str | None = None
+
+
+class GpuFacts(BaseModel):
+    nvml_ok: bool
+    error: str | None = None  # why NVML could not report (no driver, no library, no GPU)
+    driver_version: str | None = None  # "570.124.06"
+    cuda_driver_version: str | None = None  # newest CUDA the driver supports, "12.8"
+    devices: list[GpuDevice] = []
+    # CUDA_VISIBLE_DEVICES as the server would see it; None = unset (all devices visible).
+    cuda_visible_devices: str | None = None
+
+
+class TorchFacts(BaseModel):
+    installed: bool
+    version: str | None = None  # "2.10.0+cu128"
+    cuda_version: str | None = None  # torch.version.cuda; None for a CPU-only build
+    arch_list: list[str] | None = None  # ["sm_70", "sm_80", ...]; None = could not tell
+    arch_source: str | None = None  # how arch_list was found (e.g. "fatbin:libtorch_cuda.so")
+    error: str | None = None
+
+
+class NvccFacts(BaseModel):
+    found: bool
+    path: str | None = None
+    version: str | None = None  # "12.8"
+    error: str | None = None
+
+
+class HostFacts(BaseModel):
+    found: bool
+    dist_name: str | None = None  # "1cat-vllm" or "vllm"
+    version: str | None = None
+    kind: HostKind = "none"
+    package_dir: str | None = None
+    has_route_flag: bool = False
+    has_native_op: bool = False
+    has_hook_method: bool = False
+
+
+class ShardFacts(BaseModel):
+    file: str
+    exists: bool
+    header_ok: bool = False
+    error: str | None = None
+    num_tensors: int = 0
+
+
+class CheckpointFacts(BaseModel):
+    path: str
+    exists: bool = False
+    is_dir: bool = False
+    readable: bool = False
+    error: str | None = None  # why the directory itself could not be read
+    config: dict | None = None  # config.json as parsed
+    config_error: str | None = None
+    index_file: str | None = None  # "model.safetensors.index.json", or None (single shard)
+    index_error: str | None = None
+    shards: list[ShardFacts] = []
+    unindexed_files: list[str] = []  # *.safetensors files on disk that the index never names
+    num_tensors: int = 0
+    # The two big tables are kept out of the JSON output (hundreds of thousands of rows for the
+    # full model) and are assigned without validation by the probe.
+    # tensor name -> (safetensors dtype name "I32"/"F16"/..., shape), from the shard headers
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = Field(default_factory=dict, exclude=True)
+    # tensor name -> shard file, from the index (empty without an index)
+    index_weight_map: dict[str, str] = Field(default_factory=dict, exclude=True)
+
+
+class Facts(BaseModel):
+    schema_version: int = FACTS_SCHEMA_VERSION
+    source: Literal["probed", "recorded"] = "probed"
+    hostname: str = ""
+    gpu: GpuFacts | None = None  # None: the gpu group was not probed
+    torch: TorchFacts | None = None  # torch, nvcc, host, env: the toolchain group
+    nvcc: NvccFacts | None = None
+    host: HostFacts | None = None
+    env: dict[str, str] | None = None  # the VLLM_*/CUDA_* variables that decide the route
+    checkpoint: CheckpointFacts | None = None
+
+
+def load_facts_file(path: Path) -> Facts:
+    """Recorded facts. A missing or malformed file is a usage error (exit 2), never a guess."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        facts = Facts.model_validate(data)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read {FACTS_FILE.name}={path}: {exc.strerror or exc}",
+            hint=f"unset {FACTS_FILE.name} to probe this machine",
+        ) from None
+    except (ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise UsageError(
+            f"{FACTS_FILE.name}={path} is not a facts file: {first}",
+            hint="record one with `qpnserve check --json` and keep its `facts` object",
+        ) from None
+    return facts.model_copy(update={"source": "recorded"})
+
+
+def gather_facts(
+    model: Path | None,
+    groups: set[str],
+    facts_file: Path | None = None,
+) -> Facts:
+    """Probe what ``groups`` need, once. With ``facts_file`` (default: $QPNSERVE_FACTS_FILE)
+    the machine facts come from that file; the checkpoint is always probed from ``model``."""
+    from qpnserve.preflight import probes
+
+    if facts_file is None and os.environ.get(FACTS_FILE.name):
+        facts_file = Path(os.environ[FACTS_FILE.name])
+    if facts_file is not None:
+        facts = load_facts_file(facts_file)
+        # Keep only what the chosen groups use, as a probe would.
+        if "gpu" not in groups:
+            facts.gpu = None
+        if "toolchain" not in groups:
+            facts.torch = facts.nvcc = facts.host = facts.env = None
+        elif facts.env is None:
+            facts.env = probes.probe_env()
+        facts.checkpoint = None
+    else:
+        facts = Facts(hostname=platform.node())
+        if "gpu" in groups:
+            facts.gpu = probes.probe_gpu()
+        if "toolchain" in groups:
+            facts.torch = probes.probe_torch()
+            facts.nvcc = probes.probe_nvcc()
+            facts.host = probes.probe_host()
+            facts.env = probes.probe_env()
+    if "checkpoint" in groups and model is not None:
+        from qpnserve.preflight.checkpoint import probe_checkpoint
+
+        facts.checkpoint = probe_checkpoint(model)
+    return facts

@@ -1,0 +1,116 @@
+"""The checkpoint layout the AWQ M1 route needs (contract section 1), as pure functions.
+
+Shared by the checkpoint checks and the synthetic checkpoint generator, so the two cannot
+disagree about a shape.
+
+AWQ GEMM packing, 4 bits (pack factor 32 / 4 = 8 codes per int32), per expert projection with
+``in_features`` K and ``out_features`` N, group g along K:
+- qweight (K, N / 8) int32
+- qzeros  (K / g, N / 8) int32
+- scales  (K / g, N) float16
+gate_proj and up_proj map hidden 2560 -> moe_intermediate 640; down_proj maps 640 -> 2560.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+NUM_EXPERTS = 512
+TOP_K = 10
+HIDDEN_SIZE = 2560
+MOE_INTERMEDIATE_SIZE = 640
+INTERMEDIATE_PER_RANK_TP4 = 160
+NUM_MOE_LAYERS = 48
+GROUP_SIZE = 32
+BITS = 4
+EXPERT_PROJS = ("gate_proj", "up_proj", "down_proj")
+EXPERT_PARTS = ("qweight", "qzeros", "scales")
+LAYER_PREFIXES = ("model.language_model.layers.", "model.layers.")
+DEFAULT_LAYER_PREFIX = LAYER_PREFIXES[0]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    dtype: str  # safetensors dtype name: "I32", "F16", ...
+    shape: tuple[int, ...]
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The text model's config: ``text_config`` when present (multimodal wrapper), else the top
+    level (text-only checkpoints)."""
+    inner = config.get("text_config")
+    return inner if isinstance(inner, Mapping) else config
+
+
+def quant_config(config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``quantization_config`` at the top level, else inside ``text_config``."""
+    for where in (config, text_config(config)):
+        q = where.get("quantization_config")
+        if isinstance(q, Mapping):
+            return q
+    return None
+
+
+def moe_layer_indices(tc: Mapping[str, Any]) -> list[int]:
+    """Indices of the decoder layers whose MLP is a sparse MoE block.
+
+    Qwen MoE configs mark dense layers with ``mlp_only_layers`` and place MoE blocks every
+    ``decoder_sparse_step`` layers (default: every layer).
+    """
+    num_layers = tc.get("num_hidden_layers")
+    if not isinstance(num_layers, int) or num_layers < 0:
+        return []
+    dense = set(tc.get("mlp_only_layers") or [])
+    step = tc.get("decoder_sparse_step") or 1
+    if not isinstance(step, int) or step < 1:
+        step = 1
+    return [i for i in range(num_layers) if i not in dense and (i + 1) % step == 0]
+
+
+def expert_prefix(layer_prefix: str, layer: int) -> str:
+    """The module prefix vLLM gives the fused experts of one layer (matched against
+    ``modules_to_not_convert``)."""
+    return f"{layer_prefix}{layer}.mlp.experts"
+
+
+def expert_tensor_specs(
+    hidden_size: int = HIDDEN_SIZE,
+    intermediate_size: int = MOE_INTERMEDIATE_SIZE,
+    group_size: int = GROUP_SIZE,
+    bits: int = BITS,
+) -> dict[str, TensorSpec]:
+    """ "<proj>.<part>" -> spec, for one expert in AWQ GEMM packing."""
+    pack = 32 // bits
+    specs: dict[str, TensorSpec] = {}
+    for proj, k, n in (
+        ("gate_proj", hidden_size, intermediate_size),
+        ("up_proj", hidden_size, intermediate_size),
+        ("down_proj", intermediate_size, hidden_size),
+    ):
+        specs[f"{proj}.qweight"] = TensorSpec("I32", (k, n // pack))
+        specs[f"{proj}.qzeros"] = TensorSpec("I32", (k // group_size, n // pack))
+        specs[f"{proj}.scales"] = TensorSpec("F16", (k // group_size, n))
+    return specs
+
+
+def expected_expert_tensors(
+    layers: list[int],
+    num_experts: int = NUM_EXPERTS,
+    layer_prefix: str = DEFAULT_LAYER_PREFIX,
+) -> Iterator[tuple[str, TensorSpec]]:
+    """(name, spec) of every expert tensor of native group 32 for the given MoE layers."""
+    specs = expert_tensor_specs()
+    for layer in layers:
+        base = expert_prefix(layer_prefix, layer)
+        for expert in range(num_experts):
+            for suffix, spec in specs.items():
+                yield f"{base}.{expert}.{suffix}", spec
+
+
+def layer_excluded(layer_prefix: str, layer: int, modules_to_not_convert: list[str]) -> bool:
+    """Whether the host keeps this layer's experts unquantized: vLLM's AWQ skip rule is a
+    substring test of each ``modules_to_not_convert`` entry against the layer prefix."""
+    prefix = expert_prefix(layer_prefix, layer)
+    return any(m and m in prefix for m in modules_to_not_convert)
