@@ -54,6 +54,13 @@ STOP_TIMEOUT = EnvVar(
     "QPNSERVE_STOP_TIMEOUT_S", "default grace period of `down` before SIGKILL, in seconds"
 )
 
+# `qpnserve bench op` defaults (scripts that time the operator in a loop set these once).
+BENCH_OP_FORMAT = EnvVar("QPNSERVE_BENCH_OP_FORMAT", "default --format of bench op (4byte|3byte)")
+BENCH_OP_LAYERS = EnvVar("QPNSERVE_BENCH_OP_LAYERS", "default --layers of bench op")
+BENCH_OP_ITERS = EnvVar("QPNSERVE_BENCH_OP_ITERS", "default --iters of bench op")
+# Recorded into benchmark results when the code runs from a copy without .git (a GPU host).
+GIT_COMMIT = EnvVar("QPNSERVE_GIT_COMMIT", "git commit recorded in results when .git is absent")
+
 ALL_VARS: tuple[EnvVar, ...] = (
     ROUTE_FLAG,
     VLLM_PLUGINS,
@@ -70,6 +77,10 @@ ALL_VARS: tuple[EnvVar, ...] = (
     PORT,
     UP_TIMEOUT,
     STOP_TIMEOUT,
+    BENCH_OP_FORMAT,
+    BENCH_OP_LAYERS,
+    BENCH_OP_ITERS,
+    GIT_COMMIT,
 )
 
 PLUGIN_NAME = "qpnserve_awq_m1"  # entry point name in group vllm.general_plugins
