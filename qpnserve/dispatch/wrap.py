@@ -90,12 +90,11 @@ def install_patched(cls: type, *, op: Operator, recorder: RouteRecorder, patch_i
         top_k: int,
         output: Any,
     ) -> Any:
-        if (
-            getattr(layer, ADMITTED_ATTR, False)
-            and admission_failure(x, topk_weights, topk_ids_i32) is None
-        ):
+        if getattr(layer, ADMITTED_ATTR, False):
+            problem = admission_failure(x, topk_weights, topk_ids_i32)
             intermediate = buffers["intermediate"]
-            problem = host_buffer_failure(output, intermediate, x)
+            if problem is None:
+                problem = host_buffer_failure(output, intermediate, x)
             if problem is None:
                 # v1.3.0 hands exactly (10, 160) slots for one token; a longer persistent
                 # buffer is sliced to its first 10 rows: a view of the same storage, not a copy.
@@ -116,10 +115,14 @@ def install_patched(cls: type, *, op: Operator, recorder: RouteRecorder, patch_i
                     topk_weights,
                 )
                 return output
-            if problem not in warned:  # a host drift the fingerprints did not catch
+            # One token that still misses the operator is the silent non-admission the route
+            # report cannot show; say so once per distinct reason (never per call).
+            if x.dim() >= 1 and x.shape[0] == 1 and problem not in warned:
                 warned.add(problem)
                 logger.warning(
-                    "qpnserve AWQ M1: one-token call left on the host route: %s", problem
+                    "qpnserve AWQ M1: a one-token call of %s stays on the host route: %s",
+                    layer_name(layer),
+                    problem,
                 )
         return original_hook(self, layer, x, topk_weights, topk_ids_i32, buffers, top_k, output)
 

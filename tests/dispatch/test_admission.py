@@ -3,6 +3,7 @@ tensors; everything else takes the host's original route, untouched."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,35 @@ def test_host_apply_routes_one_token_through_the_operator(patched: Any) -> None:
     x2 = torch.zeros(2, 2560, dtype=torch.float16)
     method.apply(layer, x2, torch.zeros(2, 10), torch.zeros(2, 10, dtype=torch.int64), None, None)
     assert len(spy.calls) == 1
+
+
+def test_one_token_kept_on_host_route_is_logged_once(patched: Any, caplog) -> None:
+    method, layer, _ = patched
+    caplog.set_level(logging.WARNING, logger="vllm.qpnserve_awq_m1")
+    for _ in range(3):
+        args = one_token_call(1)
+        args["x"] = torch.zeros(1, 2560, dtype=torch.bfloat16)
+        _call(method, layer, args)
+    messages = [r.getMessage() for r in caplog.records]
+    warnings = [m for m in messages if "stays on the host route" in m]
+    assert len(warnings) == 1
+    assert "x dtype torch.bfloat16" in warnings[0] and layer.layer_name in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("intermediate", lambda: torch.empty(10, 128, dtype=torch.float16)),
+        ("intermediate", lambda: torch.empty(10, 160, dtype=torch.float32)),
+        ("intermediate", lambda: torch.empty(5, 160, dtype=torch.float16)),
+        ("output", lambda: torch.zeros(1, 2560, dtype=torch.float32)),
+    ],
+)
+def test_host_buffers_the_operator_cannot_take_keep_host_route(
+    patched: Any, name: str, make: Any
+) -> None:
+    method, layer, spy = patched
+    args = one_token_call(1)
+    args[name] = make()
+    _call(method, layer, args)
+    assert spy.calls == [] and layer.host_route_calls == [(1, 2560)]
