@@ -28,7 +28,7 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
     try:
         return json.loads(text), None
     except json.JSONDecodeError as exc:
-        return None, f"{path.name} is not valid JSON ({exc.msg} at line {exc.lineno})"
+        return None, f"{path.name} is not valid JSON ({exc.msg}, line {exc.lineno})"
 
 
 def _scan_shard(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]]) -> ShardFacts:
@@ -46,7 +46,8 @@ def _scan_shard(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]]) -> 
                 piece = f.get_slice(name)
                 tensors[name] = (piece.get_dtype(), tuple(piece.get_shape()))
     except (SafetensorError, OSError, ValueError) as exc:
-        shard.error = f"header unreadable: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+        text = (str(exc).splitlines() or [repr(exc)])[0].strip("'\"")
+        shard.error = text
         return shard
     shard.header_ok = True
     shard.num_tensors = len(names)

@@ -75,7 +75,12 @@ def render_table(report: PreflightReport) -> str:
             lines.append(f"{'':<4}  {'':<{width}}  fix: {r.fix}")
     counts = report.counts()
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    verdict = "ready for the AWQ M1 route" if report.ok else "NOT ready"
+    if not report.ok:
+        verdict = "NOT ready"
+    elif len(report.groups) == len(ALL_GROUPS):
+        verdict = "ready for the AWQ M1 route" if report.awq_m1 else "ready"
+    else:
+        verdict = "no failures"
     where = "recorded facts" if report.facts.source == "recorded" else "this machine"
     lines.append("")
     lines.append(f"{verdict} ({summary}; groups: {', '.join(report.groups)}; {where})")

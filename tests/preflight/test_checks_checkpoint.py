@@ -1,0 +1,148 @@
+"""Every broken checkpoint variant is rejected by its own check with its own reason; a healthy
+one passes; layers kept unquantized are a warning, not a broken checkpoint."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from qpnserve.preflight.checkpoint import probe_checkpoint
+from qpnserve.preflight.checks_checkpoint import checkpoint_checks
+from qpnserve.preflight.report import CheckResult
+
+
+def run(path: Path, tp: int = 4) -> dict[str, CheckResult]:
+    return {r.name: r for r in checkpoint_checks(probe_checkpoint(path), tp)}
+
+
+def test_check_passes_healthy_checkpoint(make_ckpt: Callable[..., Path]) -> None:
+    results = run(make_ckpt("ok"))
+    assert {n: r.status for n, r in results.items() if r.status != "PASS"} == {}
+    assert "3 MoE layers" in results["checkpoint.config"].reason
+    assert "13824 expert tensors" in results["checkpoint.tensors"].reason
+
+
+@pytest.mark.parametrize(
+    ("variant", "check", "words"),
+    [
+        ("group-128", "checkpoint.quantization", "group_size 128 (needs 32)"),
+        ("experts-256", "checkpoint.config", "num_experts 256 (needs 512)"),
+        ("top-8", "checkpoint.config", "num_experts_per_tok 8 (needs 10)"),
+        ("hidden-4096", "checkpoint.config", "hidden_size 4096 (needs 2560)"),
+        ("bits-8", "checkpoint.quantization", "bits 8 (needs 4)"),
+        ("no-zero-point", "checkpoint.quantization", "zero_point False (needs true)"),
+        ("missing-shard", "checkpoint.shards", "1 shard(s) missing: model-00002-of-00004"),
+        ("truncated-header", "checkpoint.shards", "unreadable: model-00001-of-00004.safetensors"),
+        ("corrupt-json", "checkpoint.config", "config.json is not valid JSON"),
+        ("corrupt-index", "checkpoint.shards", "model.safetensors.index.json is not valid JSON"),
+        ("missing-expert-tensor", "checkpoint.tensors", "layers.1.mlp.experts.7.down_proj.scales"),
+        ("wrong-dtype", "checkpoint.tensors", "dtype BF16 (needs F16)"),
+    ],
+)
+def test_check_rejects_broken_checkpoint_variant(
+    make_ckpt: Callable[..., Path], variant: str, check: str, words: str
+) -> None:
+    results = run(make_ckpt(variant))
+    assert results[check].status == "FAIL", results[check]
+    assert words in results[check].reason
+    assert results[check].fix
+
+
+@pytest.mark.parametrize(
+    ("variant", "words"),
+    [
+        ("group-128", "wrong shape"),
+        ("hidden-4096", "wrong shape"),
+        ("bits-8", "wrong shape"),
+        ("no-zero-point", "missing"),
+        ("experts-256", "missing"),
+    ],
+)
+def test_check_names_tensor_shape_problems_of_misquantized_checkpoints(
+    make_ckpt: Callable[..., Path], variant: str, words: str
+) -> None:
+    tensors = run(make_ckpt(variant))["checkpoint.tensors"]
+    assert tensors.status == "FAIL"
+    assert words in tensors.reason
+    assert "first: model.language_model.layers.0.mlp.experts." in tensors.reason
+
+
+def test_check_reports_first_offenders_and_counts_the_rest(make_ckpt: Callable[..., Path]) -> None:
+    reason = run(make_ckpt("wrong-dtype"))["checkpoint.tensors"].reason
+    assert reason.startswith("1536 of 13824 expert tensors differ")
+    assert reason.count("experts.") == 3
+
+
+def test_check_warns_on_layers_kept_unquantized(make_ckpt: Callable[..., Path]) -> None:
+    results = run(make_ckpt("not-converted", layers=4))
+    coverage = results["checkpoint.coverage"]
+    assert coverage.status == "WARN"
+    assert "layer(s) 0, 3" in coverage.reason and "covers 2 of 4" in coverage.reason
+    assert results["checkpoint.tensors"].status == "PASS"
+    assert all(r.status != "FAIL" for r in results.values())
+
+
+def test_check_fails_on_tp_that_does_not_give_160_per_rank(make_ckpt: Callable[..., Path]) -> None:
+    config = run(make_ckpt("ok"), tp=2)["checkpoint.config"]
+    assert config.status == "FAIL"
+    assert "= 320 per rank" in config.reason
+
+
+def test_check_fails_missing_model_path_and_skips_the_rest(tmp_path: Path) -> None:
+    results = run(tmp_path / "nope")
+    assert results["checkpoint.path"].status == "FAIL"
+    assert "does not exist" in results["checkpoint.path"].reason
+    assert {r.status for n, r in results.items() if n != "checkpoint.path"} == {"SKIP"}
+
+
+def test_check_fails_model_path_that_is_a_file(tmp_path: Path) -> None:
+    file = tmp_path / "model.safetensors"
+    file.write_bytes(b"")
+    path = run(file)["checkpoint.path"]
+    assert path.status == "FAIL"
+    assert "not a directory" in path.reason
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
+def test_check_fails_unreadable_model_directory(make_ckpt: Callable[..., Path]) -> None:
+    path = make_ckpt("ok", layers=1)
+    path.chmod(0)
+    try:
+        result = run(path)["checkpoint.path"]
+    finally:
+        path.chmod(0o755)
+    assert result.status == "FAIL"
+    assert "cannot list it" in result.reason
+
+
+def test_check_fails_unreadable_config(make_ckpt: Callable[..., Path]) -> None:
+    path = make_ckpt("ok", layers=1)
+    (path / "config.json").unlink()
+    (path / "config.json").mkdir()  # exists, cannot be read as a file, even by root
+    config = run(path)["checkpoint.config"]
+    assert config.status == "FAIL"
+    assert "config.json is unreadable" in config.reason
+
+
+def test_check_warns_on_shard_the_index_does_not_name(make_ckpt: Callable[..., Path]) -> None:
+    path = make_ckpt("ok", layers=1)
+    (path / "stray.safetensors").write_bytes(b"")
+    shards = run(path)["checkpoint.shards"]
+    assert shards.status == "WARN"
+    assert "stray.safetensors" in shards.reason
+
+
+@pytest.mark.slow
+def test_check_passes_full_size_sparse_checkpoint(tmp_path: Path) -> None:
+    from qpnserve.fixtures.checkpoint import write_checkpoint
+
+    path = write_checkpoint(tmp_path / "full", "ok", num_layers=48)
+    allocated = sum(f.stat().st_blocks * 512 for f in path.iterdir())
+    apparent = sum(f.stat().st_size for f in path.iterdir())
+    assert apparent > 60e9 and allocated < 200e6
+    results = run(path)
+    assert all(r.status == "PASS" for r in results.values()), results
+    assert "221184 expert tensors in 48 MoE layers" in results["checkpoint.tensors"].reason

@@ -1,0 +1,230 @@
+"""Every gpu and toolchain check, PASS and FAIL paths, from recorded facts with one fact changed."""
+
+from __future__ import annotations
+
+import pytest
+
+from qpnserve.preflight.checks import (
+    check_gpu_compute_capability,
+    check_gpu_count,
+    check_gpu_driver,
+    check_gpu_memory,
+    check_host,
+    check_host_env,
+    check_nvcc,
+    check_route_flag,
+    check_torch,
+    check_torch_arch,
+    visible_devices,
+)
+from qpnserve.preflight.facts import (
+    Facts,
+    GpuFacts,
+    HostFacts,
+    NvccFacts,
+    TorchFacts,
+    load_facts_file,
+)
+from tests.preflight.conftest import H200_CU130, V100_OK
+
+
+def v100(**changes: object) -> Facts:
+    facts = load_facts_file(V100_OK)
+    facts.env = {}
+    for key, value in changes.items():
+        setattr(facts, key, value)
+    return facts
+
+
+def test_healthy_v100_facts_pass_every_machine_check() -> None:
+    facts = v100()
+    results = [
+        check_gpu_driver(facts),
+        check_gpu_count(facts, 4),
+        check_gpu_compute_capability(facts, 4),
+        check_gpu_memory(facts, 4),
+        check_torch(facts),
+        check_torch_arch(facts),
+        check_nvcc(facts),
+        check_host(facts, True),
+        check_host_env(facts, True),
+        check_route_flag(facts),
+    ]
+    assert [r.status for r in results] == ["PASS"] * 10
+    assert all(r.fix == "" for r in results)
+
+
+def test_check_fails_without_driver_and_skips_device_checks() -> None:
+    facts = v100(gpu=GpuFacts(nvml_ok=False, error="NVML Shared Library Not Found"))
+    driver = check_gpu_driver(facts)
+    assert driver.status == "FAIL"
+    assert "NVML Shared Library Not Found" in driver.reason and driver.fix
+    assert check_gpu_count(facts, 4).status == "SKIP"
+    assert check_gpu_compute_capability(facts, 4).status == "SKIP"
+
+
+def test_check_warns_on_driver_older_than_cuda_12_8_and_fails_before_12() -> None:
+    facts = v100()
+    assert facts.gpu is not None
+    facts.gpu.cuda_driver_version = "12.4"
+    assert check_gpu_driver(facts).status == "WARN"
+    facts.gpu.cuda_driver_version = "11.8"
+    assert check_gpu_driver(facts).status == "FAIL"
+
+
+def test_check_fails_with_fewer_visible_gpus_than_tp() -> None:
+    facts = v100()
+    assert facts.gpu is not None
+    facts.gpu.cuda_visible_devices = "0,1"
+    result = check_gpu_count(facts, 4)
+    assert result.status == "FAIL"
+    assert "2 visible GPU(s)" in result.reason
+    assert check_gpu_count(facts, 2).status == "PASS"
+
+
+def test_visible_devices_follow_cuda_visible_devices_and_stop_at_bad_entry() -> None:
+    facts = v100()
+    assert facts.gpu is not None
+    facts.gpu.cuda_visible_devices = "3,GPU-1111,7,0"
+    assert [d.index for d in visible_devices(facts.gpu)] == [3, 1]
+    facts.gpu.cuda_visible_devices = ""
+    assert visible_devices(facts.gpu) == []
+
+
+def test_check_fails_compute_capability_of_h200_and_names_it() -> None:
+    facts = load_facts_file(H200_CU130)
+    result = check_gpu_compute_capability(facts, 4)
+    assert result.status == "FAIL"
+    assert "NVIDIA H200" in result.reason and "sm_90" in result.reason
+
+
+def test_check_warns_on_16gb_v100() -> None:
+    facts = v100()
+    assert facts.gpu is not None
+    facts.gpu.devices[2].memory_total_mib = 16160
+    result = check_gpu_memory(facts, 4)
+    assert result.status == "WARN"
+    assert "15.8 GiB" in result.reason
+
+
+@pytest.mark.parametrize(
+    ("torch", "status", "words"),
+    [
+        (TorchFacts(installed=False), "FAIL", "not installed"),
+        (TorchFacts(installed=True, version="2.13.0+cpu", arch_list=[]), "FAIL", "CPU-only"),
+        (
+            TorchFacts(installed=True, version="2.11.0+cu130", cuda_version="13.0"),
+            "FAIL",
+            "CUDA 13",
+        ),
+        (TorchFacts(installed=True, version="2.10.0+cu128", cuda_version="12.8"), "PASS", "12.8"),
+    ],
+)
+def test_check_torch_build(torch: TorchFacts, status: str, words: str) -> None:
+    result = check_torch(v100(torch=torch))
+    assert result.status == status
+    assert words in result.reason
+
+
+def test_check_torch_arch_fails_without_sm70() -> None:
+    torch = TorchFacts(installed=True, version="2.11.0", cuda_version="12.8", arch_list=["sm_80"])
+    result = check_torch_arch(v100(torch=torch))
+    assert result.status == "FAIL"
+    assert "no sm_70" in result.reason
+
+
+def test_check_torch_arch_unknown_list_warns_on_cuda12_fails_on_cuda13() -> None:
+    cu12 = TorchFacts(installed=True, version="x", cuda_version="12.8", error="no fatbin")
+    cu13 = TorchFacts(installed=True, version="x", cuda_version="13.0", error="no fatbin")
+    assert check_torch_arch(v100(torch=cu12)).status == "WARN"
+    assert check_torch_arch(v100(torch=cu13)).status == "FAIL"
+
+
+def test_check_nvcc_cuda13_cannot_target_sm70() -> None:
+    nvcc = NvccFacts(found=True, path="/opt/cuda-13/bin/nvcc", version="13.0")
+    result = check_nvcc(v100(nvcc=nvcc))
+    assert result.status == "FAIL"
+    assert "cannot compile for sm_70" in result.reason
+    assert "12.8" in result.fix
+
+
+def test_check_nvcc_missing_fails_on_patched_host_skips_on_native() -> None:
+    missing = NvccFacts(found=False, error="no nvcc")
+    assert check_nvcc(v100(nvcc=missing)).status == "FAIL"
+    native = HostFacts(found=True, dist_name="1cat-vllm", version="1.4.0", kind="native")
+    assert check_nvcc(v100(nvcc=missing, host=native)).status == "SKIP"
+
+
+@pytest.mark.parametrize(
+    ("host", "status", "words"),
+    [
+        (HostFacts(found=False), "FAIL", "no vllm package"),
+        (
+            HostFacts(found=True, dist_name="vllm", version="0.11.0", kind="none"),
+            "FAIL",
+            "only 1Cat",
+        ),
+        (
+            HostFacts(found=True, dist_name="1cat-vllm", version="1.2.0", kind="none"),
+            "FAIL",
+            "neither",
+        ),
+        (
+            HostFacts(found=True, dist_name="1cat-vllm", version="1.4", kind="native"),
+            "PASS",
+            "native",
+        ),
+        (
+            HostFacts(found=True, dist_name="1cat-vllm", version="1.3.0", kind="patched"),
+            "PASS",
+            "patchable",
+        ),
+    ],
+)
+def test_check_host_kind(host: HostFacts, status: str, words: str) -> None:
+    result = check_host(v100(host=host), awq_m1=True)
+    assert result.status == status
+    assert words in result.reason
+
+
+def test_check_host_without_route_is_a_warning_when_route_not_wanted() -> None:
+    host = HostFacts(found=True, dist_name="1cat-vllm", version="1.2.0", kind="none")
+    assert check_host(v100(host=host), awq_m1=False).status == "WARN"
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"VLLM_SM70_AWQ_MOE_BATCHED_GEMM": "0"}, "VLLM_SM70_AWQ_MOE_BATCHED_GEMM=0"),
+        ({"VLLM_SM70_AWQ_MOE_LEGACY_SINGLE_TOKEN_COMPACT": "0"}, "LEGACY_SINGLE_TOKEN_COMPACT=0"),
+        ({"VLLM_SM70_AWQ_MOE_DISABLE": "1"}, "MoeWNA16"),
+        ({"VLLM_SM70_AWQ_TURBOMIND": "0"}, "TURBOMIND=0"),
+        ({"VLLM_SM70_AWQ_MOE_BATCHED_GEMM": "yes"}, "not an integer"),
+        ({"VLLM_PLUGINS": "other_plugin"}, "does not allow qpnserve_awq_m1"),
+    ],
+)
+def test_check_host_env_fails_on_variables_that_disable_the_route(
+    env: dict[str, str], words: str
+) -> None:
+    result = check_host_env(v100(env=env), awq_m1=True)
+    assert result.status == "FAIL"
+    assert words in result.reason
+
+
+def test_check_host_env_accepts_enabling_values_and_warns_on_layer_filters() -> None:
+    ok = {"VLLM_SM70_AWQ_MOE_BATCHED_GEMM": "1", "VLLM_PLUGINS": "a,qpnserve_awq_m1"}
+    assert check_host_env(v100(env=ok), awq_m1=True).status == "PASS"
+    narrowed = {"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": "3,4"}
+    assert check_host_env(v100(env=narrowed), awq_m1=True).status == "WARN"
+
+
+@pytest.mark.parametrize("value", ["", "2", "true", "-1", " 1", "1 "])
+def test_check_route_flag_rejects_anything_but_0_or_1(value: str) -> None:
+    result = check_route_flag(v100(env={"VLLM_SM70_AWQ_QWEN38_QPN_M1": value}))
+    assert result.status == "FAIL"
+    assert repr(value) in result.reason
+
+
+@pytest.mark.parametrize("value", ["0", "1"])
+def test_check_route_flag_accepts_0_and_1(value: str) -> None:
+    assert check_route_flag(v100(env={"VLLM_SM70_AWQ_QWEN38_QPN_M1": value})).status == "PASS"
