@@ -91,6 +91,7 @@ def wait_ready(
     started = time.monotonic()
     last_progress = started
     step = 0
+    attempt = 0
     detail = "not tried yet"
     # A first completion on a real server may be slow (warm-up), but never longer than the budget.
     with httpx.Client(timeout=httpx.Timeout(min(60.0, max(timeout_s, 1.0)), connect=2.0)) as client:
@@ -125,7 +126,11 @@ def wait_ready(
                     f"waiting {elapsed_s:.0f}/{timeout_s:.0f} s for {STEPS[step]} ({detail})"
                     + (f"; log: {last[0][:160]}" if last else "")
                 )
-            time.sleep(min(poll_s, max(0.0, timeout_s - elapsed_s)))
+            # Quick first polls (a small server is up in well under a second), backing off to
+            # poll_s for a model that loads for minutes.
+            attempt += 1
+            pause_s = min(poll_s, 0.05 * 1.5**attempt)
+            time.sleep(min(pause_s, max(0.0, timeout_s - elapsed_s)))
 
 
 def _tail_text(log_path: Path) -> str:

@@ -1,3 +1,226 @@
-"""CLI commands: server (placeholder; filled by its issue)."""
+"""CLI commands of the server lifecycle: up, down, status, rollback (stages in qpnserve.lifecycle).
+
+Top-level imports stay typer/stdlib only, so `qpnserve --help` stays fast.
+"""
 
 from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from qpnserve import config
+from qpnserve.cli.app import app, emit_json, handles_errors, message
+
+if TYPE_CHECKING:
+    from qpnserve.lifecycle import LaunchPlan, StatusReport
+
+DEFAULT_SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # = launch.DEFAULT_SERVER_MODULE
+
+_JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+@handles_errors
+def up(
+    extra_args: list[str] | None = typer.Argument(
+        None, metavar="[-- VLLM_ARGS...]", help="Extra server args; they override the defaults."
+    ),
+    awq_m1: bool | None = typer.Option(
+        None,
+        "--awq-m1/--no-awq-m1",
+        help="Route on or off. Default: the desired state (off after `rollback`), else on.",
+    ),
+    model: Path | None = typer.Option(
+        None, "--model", envvar=config.MODEL.name, help="Checkpoint directory (default: desired)."
+    ),
+    tp: int = typer.Option(4, "--tp", envvar=config.TP.name, help="Tensor-parallel size."),
+    host: str = typer.Option("127.0.0.1", "--host", envvar=config.HOST.name),
+    port: int = typer.Option(8000, "--port", envvar=config.PORT.name),
+    served_model_name: str | None = typer.Option(
+        None, "--served-model-name", help="Default: the checkpoint directory's name."
+    ),
+    detach: bool = typer.Option(False, "--detach", help="Return once ready; the server stays."),
+    timeout_s: float = typer.Option(
+        1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Readiness deadline."
+    ),
+    stop_timeout_s: float = typer.Option(
+        60.0, "--stop-timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print command and env; start nothing."),
+    server_module: str = typer.Option(
+        DEFAULT_SERVER_MODULE,
+        "--server-module",
+        envvar=config.SERVER_MODULE.name,
+        help="Python module run as the server (tests point it at a stand-in).",
+    ),
+    json_out: bool = _JSON,
+) -> None:
+    """Preflight, build or load the extension, start the server, prove it serves (and that every
+    rank admitted every MoE layer with the route on), record it. Foreground unless --detach."""
+    from qpnserve import lifecycle
+    from qpnserve.errors import UsageError
+    from qpnserve.state import read_desired
+
+    root = config.state_dir()
+    desired = read_desired(root) if root.is_dir() else None
+    model = model or (Path(desired.model) if desired and desired.model else None)
+    if model is None:
+        raise UsageError(
+            "--model is required", hint=f"pass --model PATH or set {config.MODEL.name}"
+        )
+    route_on = awq_m1 if awq_m1 is not None else (desired.awq_m1 if desired else True)
+    # An explicit --awq-m1 brings the plugin back after `rollback --unpatch`.
+    include_plugin = True if awq_m1 else (desired.include_plugin if desired else True)
+    opts = lifecycle.UpOptions(
+        model=model,
+        awq_m1=route_on,
+        include_plugin=include_plugin,
+        tp=tp,
+        host=host,
+        port=port,
+        served_model_name=served_model_name,
+        detach=detach,
+        timeout_s=timeout_s,
+        stop_timeout_s=stop_timeout_s,
+        extra_args=list(extra_args or []),
+        server_module=server_module,
+    )
+    if awq_m1 is None and desired is not None:
+        message(
+            f"route: {'on' if route_on else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
+        )
+    if dry_run:
+        _print_plan(lifecycle.plan_launch(opts, root), json_out)
+        return
+    running = lifecycle.up(opts, progress=message)
+    if json_out:
+        emit_json(running)
+
+
+def _print_plan(plan: LaunchPlan, json_out: bool) -> None:
+    if json_out:
+        emit_json(
+            {
+                "argv": plan.argv,
+                "env": plan.recorded_env,
+                "cwd": str(plan.cwd),
+                "log_path": str(plan.log_path),
+                "report_dir": str(plan.report_dir),
+            }
+        )
+        return
+    message("dry run: nothing was started")
+    lines = [f"# environment that decides the route (the rest is inherited), cwd {plan.cwd}"]
+    for name, value in plan.recorded_env.items():
+        lines.append(f"{name}={shlex.quote(value)}" if value is not None else f"# {name} unset")
+    lines.append(shlex.join(plan.argv))
+    typer.echo("\n".join(lines))
+
+
+@app.command()
+@handles_errors
+def down(
+    timeout_s: float = typer.Option(
+        60.0, "--timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
+    ),
+    json_out: bool = _JSON,
+) -> None:
+    """Stop the recorded server: SIGTERM its process group, wait, SIGKILL what remains, confirm
+    no process of the group is left, clear the running state."""
+    from qpnserve import lifecycle
+
+    result = lifecycle.down(timeout_s, progress=message)
+    if not result.stopped and result.pid is None:
+        message("no server recorded: nothing to stop")
+    if json_out:
+        emit_json(result)
+
+
+@app.command()
+@handles_errors
+def status(json_out: bool = _JSON) -> None:
+    """Desired versus running state, health, the per-rank route summary, and whether a restart
+    is needed (and why)."""
+    from qpnserve import lifecycle
+
+    report = lifecycle.status()
+    if json_out:
+        emit_json(report)
+        return
+    typer.echo(render_status(report))
+
+
+def render_status(report: StatusReport) -> str:
+    lines = []
+    d, r = report.desired, report.running
+    if d is None:
+        lines.append("desired:  nothing recorded (no `qpnserve up` yet)")
+    else:
+        plugin = "" if d.include_plugin else ", plugin left out"
+        where = f"{d.host}:{d.port}"
+        lines.append(
+            f"desired:  route {_on(d.awq_m1)}{plugin}; {d.model or '?'}, TP {d.tp}, {where}"
+        )
+    if r is None:
+        lines.append("running:  no server")
+    else:
+        since = f"{r.started_at:%Y-%m-%d %H:%M:%S} UTC"
+        state = {"gone": "GONE (not running; record is stale)"}.get(report.server, report.server)
+        lines.append(f"running:  {state}, pid {r.pid}, since {since}, {r.base_url}")
+        lines.append(
+            f"          route {_on(r.route_flag == '1')} ({config.ROUTE_FLAG.name}="
+            f"{r.route_flag}), plugin {'in' if r.include_plugin else 'out'}, host {r.host_kind}"
+            f" {r.host_version or ''}".rstrip()
+        )
+        lines.append(
+            f"          patch {r.patch_id or '-'}, build {r.build_key or '-'}, "
+            f"server python -m {r.server_module}"
+        )
+        lines.append(f"          log {r.log_path}")
+        if report.group_pids:
+            lines.append(f"          process group {r.pgid}: {len(report.group_pids)} processes")
+        lines.append(f"health:   {report.health_detail or 'not probed'}")
+        lines.append(f"route:    {report.route_text or '-'}")
+    if report.restart_needed:
+        lines.append("restart needed: yes")
+        lines += [f"  - {reason}" for reason in report.restart_reasons]
+        if report.restart_command:
+            lines.append(f"  run: {report.restart_command}")
+    else:
+        lines.append("restart needed: no")
+    return "\n".join(lines)
+
+
+def _on(value: bool) -> str:
+    return "on" if value else "off"
+
+
+@app.command()
+@handles_errors
+def rollback(
+    restart: bool = typer.Option(False, "--restart", help="Then `down` and `up` without it."),
+    unpatch: bool = typer.Option(False, "--unpatch", help="Also leave qpnserve's plugin out."),
+    timeout_s: float = typer.Option(
+        1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Readiness deadline (restart)."
+    ),
+    stop_timeout_s: float = typer.Option(
+        60.0, "--stop-timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
+    ),
+    json_out: bool = _JSON,
+) -> None:
+    """Turn the route off for the next start. A running server keeps it until it restarts (its
+    CUDA graphs were captured with it); --restart restarts now, detached."""
+    from qpnserve import lifecycle
+
+    result = lifecycle.rollback(
+        restart=restart,
+        unpatch=unpatch,
+        stop_timeout_s=stop_timeout_s,
+        up_timeout_s=timeout_s,
+        progress=message,
+    )
+    if json_out:
+        emit_json(result)

@@ -1,5 +1,6 @@
-"""Inputs of the lifecycle stages, and the three stages `up` runs before it starts a server
-(preflight, host detection, build-or-load of the extension), bundled so tests can replace them.
+"""Inputs of the lifecycle stages, and the two stages `up` runs before it starts a server
+(preflight, which also says which host is installed; build-or-load of the extension), bundled
+so tests can replace them.
 
 The defaults are the real stages. Tests that have no GPU and no vLLM replace ``Stages`` (see
 tests/lifecycle/); nothing in a user-facing path ever skips or fakes them.
@@ -50,7 +51,8 @@ class UpOptions:
 
 @dataclass(frozen=True)
 class HostSummary:
-    """What `up` records about the host: its kind and version (host.detect_host)."""
+    """What `up` records about the host: its kind and version, from the preflight's facts
+    (probed, or recorded in $QPNSERVE_FACTS_FILE), so `up` decides on what `check` saw."""
 
     kind: HostKind
     version: str | None
@@ -58,53 +60,46 @@ class HostSummary:
 
 @dataclass
 class Stages:
-    """The stages before the start. ``prepare_extension`` returns the extension's build key."""
+    """The stages before the start.
 
-    preflight: Callable[[UpOptions, Progress], None]
-    detect_host: Callable[[], HostSummary]
+    ``preflight`` raises PreflightError on any FAIL and returns the host it saw;
+    ``prepare_extension`` returns the extension's build key.
+    """
+
+    preflight: Callable[[UpOptions, Progress], HostSummary]
     prepare_extension: Callable[[HostSummary, Progress], str]
 
 
-def run_preflight_stage(opts: UpOptions, progress: Progress) -> None:
+def run_preflight_stage(opts: UpOptions, progress: Progress) -> HostSummary:
     """`qpnserve check` for this start: any FAIL stops `up` (the route adds its own checks)."""
-    from qpnserve.preflight import run_preflight  # type: ignore[attr-defined]  # (in progress)
+    from qpnserve.preflight import run_preflight
 
-    progress("preflight: checking the host, the GPUs and the checkpoint")
+    progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
     report = run_preflight(opts.model, tp=opts.tp, awq_m1=opts.awq_m1)
-    if report.ok:
-        return
-    failed = [r for r in report.results if str(getattr(r.status, "value", r.status)) == "FAIL"]
-    first = failed[0] if failed else None
-    what = f"{first.group}/{first.name}: {first.reason}" if first else "see `qpnserve check`"
-    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-    raise PreflightError(
-        f"preflight failed: {what}{more}",
-        hint=(getattr(first, "fix", None) or "run `qpnserve check` for the full report"),
-    )
-
-
-def detect_host_stage() -> HostSummary:
-    from qpnserve.host import detect_host
-
-    info = detect_host()
-    if info is None:
+    failed = report.failed()
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise PreflightError(
+            f"preflight failed: {first.name}: {first.reason}{more}",
+            hint=first.fix or "run `qpnserve check` for the full report",
+        )
+    host = report.facts.host
+    if host is None or not host.found:
         return HostSummary(kind="none", version=None)
-    return HostSummary(kind=info.kind, version=info.version)
+    return HostSummary(kind=host.kind, version=host.version)
 
 
 def prepare_extension_stage(host: HostSummary, progress: Progress) -> str:
-    """Build the operator extension, or load the cached build: the plugin loads the same one."""
+    """Build the operator for the visible GPUs, or reuse the cached build with the same key;
+    the plugin in every worker loads that build (it never compiles)."""
     from qpnserve.kernels.build import build
 
-    progress("extension: building or loading the AWQ M1 operator (cached after the first build)")
-    result = build()
+    progress("extension: building or reusing the AWQ M1 operator for the visible GPUs")
+    result = build(progress=progress)
     progress(f"extension: {'reused' if result.reused else 'built'} {result.build_key}")
-    return str(result.build_key)
+    return result.build_key
 
 
 def default_stages() -> Stages:
-    return Stages(
-        preflight=run_preflight_stage,
-        detect_host=detect_host_stage,
-        prepare_extension=prepare_extension_stage,
-    )
+    return Stages(preflight=run_preflight_stage, prepare_extension=prepare_extension_stage)

@@ -26,7 +26,8 @@ from qpnserve.launch import (
     route_env_record,
     start_server,
 )
-from qpnserve.lifecycle.options import Progress, Stages, UpOptions, default_stages, stderr_progress
+from qpnserve.lifecycle import options
+from qpnserve.lifecycle.options import Progress, Stages, UpOptions, stderr_progress
 from qpnserve.procs import group_members, is_alive, log_tail, start_ticks, stop_group
 from qpnserve.readiness import wait_ready
 from qpnserve.route_check import expected_moe_layers, route_problems, summarize
@@ -117,13 +118,12 @@ def up(
     on its own, KeyboardInterrupt (after stopping the group) on Ctrl-C or SIGTERM.
     """
     say = progress or stderr_progress
-    stages = stages or default_stages()
+    stages = stages or options.default_stages()  # looked up per call: tests replace it
     validate(opts)
     root = ensure_state_dir()
     with locked(root):
         check_conflicts(root, opts, say)  # fail fast, before the slow stages
-    stages.preflight(opts, say)
-    host = stages.detect_host()
+    host = stages.preflight(opts, say)
     if opts.awq_m1 and host.kind not in ("native", "patched"):
         raise PreflightError(
             f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",

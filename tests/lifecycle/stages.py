@@ -1,0 +1,30 @@
+"""The stages the lifecycle tests run `up` with.
+
+Preflight is the REAL one, deciding on the recorded facts of a healthy 4x V100 host
+(tests/data/facts_v100_ok.json, via $QPNSERVE_FACTS_FILE) and a synthetic checkpoint. The build
+stage compiles nothing (there is no CUDA here); its build key says so, so nothing downstream
+can mistake it for a real build.
+"""
+
+from __future__ import annotations
+
+from qpnserve.lifecycle import options
+from qpnserve.lifecycle.options import HostSummary, Progress, Stages, run_preflight_stage
+
+TEST_BUILD_KEY = "test-no-build"
+
+
+def no_build(host: HostSummary, progress: Progress) -> str:
+    progress(f"extension: not built ({TEST_BUILD_KEY}: lifecycle test, no CUDA)")
+    return TEST_BUILD_KEY
+
+
+def test_stages() -> Stages:
+    return Stages(preflight=run_preflight_stage, prepare_extension=no_build)
+
+
+test_stages.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def install() -> None:
+    options.default_stages = test_stages  # type: ignore[assignment]

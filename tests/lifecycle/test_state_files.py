@@ -1,0 +1,72 @@
+"""The state directory: owner-only, corrupt files reported clearly, the lock refuses a racer."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from qpnserve.errors import ConflictError
+from qpnserve.state import ensure_state_dir, locked
+from tests.lifecycle.conftest import Env, cli
+
+
+def test_corrupt_server_state_file_gives_a_clear_error_and_exit_6(env: Env) -> None:
+    ensure_state_dir(env.state)
+    env.server_json.write_text('{"phase": "ready", "pid": ')
+    for args in (("status",), ("down",), ("up", "--detach")):
+        result = cli(*args)
+        assert result.exit_code == 6, args
+        lines = result.stderr.strip().splitlines()
+        assert lines[0].startswith(f"error: state file {env.server_json} is corrupt")
+        assert lines[1].startswith("hint: inspect it")
+        assert "Traceback" not in result.output
+
+
+def test_desired_state_with_wrong_fields_is_reported_not_guessed(env: Env) -> None:
+    ensure_state_dir(env.state)
+    (env.state / "desired.json").write_text('{"awq_m1": "maybe"}')
+    result = cli("status")
+    assert result.exit_code == 6
+    assert "desired.json is corrupt" in result.stderr
+
+
+def test_state_dir_is_created_readable_only_by_its_owner(env: Env) -> None:
+    assert cli("status").exit_code == 0
+    assert stat.S_IMODE(env.state.stat().st_mode) == 0o700
+
+
+def test_state_dir_readable_by_others_is_tightened(env: Env) -> None:
+    env.state.mkdir(mode=0o755)
+    env.state.chmod(0o755)
+    ensure_state_dir(env.state)
+    assert stat.S_IMODE(env.state.stat().st_mode) == 0o700
+
+
+def test_lock_held_by_another_process_is_a_conflict_not_a_hang(env: Env) -> None:
+    root = ensure_state_dir(env.state)
+    holder_code = (
+        "import sys, time\n"
+        "from filelock import FileLock\n"
+        "lock = FileLock(sys.argv[1])  # kept referenced: a dropped FileLock releases\n"
+        "lock.acquire()\n"
+        "print('held', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", holder_code, str(root / "state.lock")], stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with (
+            pytest.raises(ConflictError, match="locked by another qpnserve command"),
+            locked(root, timeout_s=0.2),
+        ):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with locked(root, timeout_s=5):  # released with its holder
+        pass

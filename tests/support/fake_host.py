@@ -1,0 +1,177 @@
+"""The stand-in server process that `qpnserve up` launches in tests. It is NOT vLLM.
+
+It takes the argv `up` composes for the host (--model, --served-model-name, --host, --port,
+--tensor-parallel-size; everything else is accepted and ignored), forks one "TP worker" per
+rank into its own process group (as vLLM's workers are), and serves the bench helper's stand-in
+OpenAI app (tests/support/fake_server.py) with uvicorn: /health answers 503 while "loading",
+200 once loaded. When the route flag is "1" and VLLM_PLUGINS allows qpnserve's plugin (unset
+allows every plugin, as in vLLM), each worker writes its rank's route report into
+$QPNSERVE_REPORT_DIR with qpnserve.route_report, as the plugin does.
+
+Behaviour is set through the environment (all optional):
+    FAKE_HOST_LOAD_S=2.0         seconds of "loading" before /health turns 200 (default 0.2)
+    FAKE_HOST_NEVER_READY=1      keep loading forever
+    FAKE_HOST_CRASH_AFTER_S=0.5  crash while loading: print a traceback-like tail, exit
+                                 FAKE_HOST_CRASH_CODE (default 1); the workers stay orphaned
+    FAKE_HOST_REJECT=2:7         rank 2 reports MoE layer 7 as not admitted
+    FAKE_HOST_IGNORE_SIGTERM=1   leader and workers ignore SIGTERM (only SIGKILL stops them)
+    FAKE_HOST_LAYERS=48          MoE layers per rank (default: from the model's config.json)
+    FAKE_HOST_WORKERS=4          worker processes (default: the TP size)
+
+Run by hand: PYTHONPATH=. python -m tests.support.fake_host --model DIR --port 8123
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from qpnserve.config import PLUGIN_NAME, REPORT_DIR, ROUTE_FLAG, VLLM_PLUGINS
+from qpnserve.route_report import LayerDecision, RouteReport, write_report
+from tests.support.fake_server import FakeServerConfig, bind_socket, make_app
+
+NAME = "fake host (test stand-in, not vLLM)"
+
+
+def log(text: str) -> None:
+    print(f"[{NAME} pid={os.getpid()}] {text}", flush=True)
+
+
+def env_float(name: str, default: float | None) -> float | None:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+def num_layers(model: Path) -> int:
+    if os.environ.get("FAKE_HOST_LAYERS"):
+        return int(os.environ["FAKE_HOST_LAYERS"])
+    try:
+        config = json.loads((model / "config.json").read_text())
+    except (OSError, ValueError):
+        return 48
+    text = config.get("text_config", config)
+    return int(text.get("num_hidden_layers", 48))
+
+
+def plugin_allowed() -> bool:
+    allow = os.environ.get(VLLM_PLUGINS.name)
+    return allow is None or PLUGIN_NAME in allow.split(",")
+
+
+def write_rank_report(rank: int, tp: int, layers: int) -> None:
+    reject = os.environ.get("FAKE_HOST_REJECT", "")
+    bad_rank, _, bad_layer = reject.partition(":")
+    decisions = []
+    for index in range(layers):
+        refused = reject and int(bad_rank) == rank and int(bad_layer) == index
+        decisions.append(
+            LayerDecision(
+                layer=f"model.language_model.layers.{index}.mlp.experts",
+                admitted=not refused,
+                reason="sm70_w2_k_dim is 320, expected 160 (stand-in refusal)" if refused else "",
+            )
+        )
+    report = RouteReport(
+        route_flag="1",
+        host_kind="patched",
+        host_version="fake-host",
+        patch_id="fake-patch",
+        build_key=os.environ.get("FAKE_HOST_BUILD_KEY") or None,
+        tp_rank=rank,
+        tp_size=tp,
+        pid=os.getpid(),
+        layers=decisions,
+    )
+    write_report(Path(os.environ[REPORT_DIR.name]), report)
+
+
+def fork_worker(rank: int, tp: int, layers: int, ignore_sigterm: bool) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child: a "TP worker" that holds its "GPU" until it is told to stop
+        if ignore_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if os.environ.get(ROUTE_FLAG.name) == "1" and plugin_allowed():
+            write_rank_report(rank, tp, layers)
+        log(f"worker rank {rank} loaded {layers} MoE layers")
+        while True:
+            time.sleep(3600)
+    finally:
+        os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=NAME)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    args, ignored = parser.parse_known_args(argv)
+    ignore_sigterm = os.environ.get("FAKE_HOST_IGNORE_SIGTERM") == "1"
+    if ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log(f"loading {args.model} with TP {args.tensor_parallel_size}; ignored args {ignored}")
+    log(f"{ROUTE_FLAG.name}={os.environ.get(ROUTE_FLAG.name)!r}")
+    tp = args.tensor_parallel_size
+    layers = num_layers(args.model)
+    workers_env = os.environ.get("FAKE_HOST_WORKERS")
+    num_workers = int(workers_env) if workers_env else tp
+    workers = [fork_worker(rank, tp, layers, ignore_sigterm) for rank in range(num_workers)]
+    name = args.served_model_name or args.model.name
+    app = make_app(FakeServerConfig(model_name=name, server_version=NAME))
+    app.ready = False
+    sock = bind_socket(args.host, args.port)  # bound before loading, as vLLM does
+    threading.Thread(target=load, args=(app,), daemon=True).start()
+    serve(app, sock, ignore_sigterm)
+    log("shutting down the workers")
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    log("stopped")
+
+
+def load(app: object) -> None:
+    crash_after_s = env_float("FAKE_HOST_CRASH_AFTER_S", None)
+    if crash_after_s is not None:
+        time.sleep(crash_after_s)
+        log("Traceback (most recent call last): (stand-in)")
+        log("RuntimeError: stand-in crash while loading the model")
+        os._exit(int(os.environ.get("FAKE_HOST_CRASH_CODE", "1")))
+    if os.environ.get("FAKE_HOST_NEVER_READY") == "1":
+        log("loading forever (FAKE_HOST_NEVER_READY)")
+        return
+    time.sleep(env_float("FAKE_HOST_LOAD_S", 0.2) or 0.0)
+    app.ready = True  # type: ignore[attr-defined]
+    log("ready: Application startup complete (stand-in)")
+
+
+def serve(app: object, sock: object, ignore_sigterm: bool) -> None:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:  # type: ignore[override]
+            if sig == signal.SIGTERM and ignore_sigterm:
+                log("ignoring SIGTERM (FAKE_HOST_IGNORE_SIGTERM)")
+                return
+            log(f"received signal {sig}: shutting down")
+            self.should_exit = True  # not re-raised after shutdown: we stop the workers first
+
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+    Server(config).run(sockets=[sock])  # type: ignore[list-item]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
