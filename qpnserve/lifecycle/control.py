@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from qpnserve import config
 from qpnserve.errors import QpnError
 from qpnserve.lifecycle.options import Progress, stderr_progress
 from qpnserve.procs import group_members, is_alive, stop_group
@@ -127,11 +128,19 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         healthy=healthy,
         health_detail=health_detail,
         route=route,
-        route_text=route.text if route else None,
+        route_text=_route_text(running, route),
         restart_needed=needed,
         restart_reasons=reasons,
         restart_command=command,
     )
+
+
+def _route_text(running: RunningState | None, route: RouteSummary | None) -> str | None:
+    if running is None or route is None:
+        return None
+    if running.route_flag == "0" and not route.ranks:
+        return f"off ({config.ROUTE_FLAG.name}=0: the plugin stays idle and writes no report)"
+    return route.text
 
 
 def _probe_health(base_url: str, timeout_s: float) -> tuple[bool, str]:

@@ -290,6 +290,8 @@ def _verify_and_record(
             say(
                 f"warning: the ranks loaded extension build {sorted(keys)}, not {running.build_key}"
             )
+    else:
+        say(f"route: off ({config.ROUTE_FLAG.name}=0)")
     patch_ids = {r.patch_id for r in reports if r.patch_id}
     with locked(root):
         if _stop_requested(root, popen.pid):

@@ -40,7 +40,7 @@ def test_rollback_restart_clears_restart_needed(env: Env) -> None:
     status = json.loads(cli("status", "--json").stdout)
     assert status["restart_needed"] is False
     assert status["running"]["route_flag"] == "0"
-    assert status["route_text"] == "no route reports (0/4 ranks)"
+    assert status["route_text"].startswith("off (VLLM_SM70_AWQ_QWEN38_QPN_M1=0")
     assert "restart needed: no" in cli("status").stdout
 
 
@@ -81,3 +81,23 @@ def test_rollback_unpatch_leaves_the_plugin_out_of_the_next_start(
     cli("down")
     again = json.loads(cli("up", "--detach", "--awq-m1", "--json").stdout)
     assert environ_of(again["pid"])[config.VLLM_PLUGINS.name] == f"site_plugin,{config.PLUGIN_NAME}"
+
+
+def test_readme_shows_the_current_rollback_and_status_texts(env: Env) -> None:
+    """The README's transcript must not drift from what the commands print."""
+    import re
+
+    from tests.lifecycle.conftest import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme.split("<!-- SECTION:lifecycle -->")[1].split("<!-- /SECTION:lifecycle -->")[0]
+    cli("up", "--detach")
+    texts = cli("rollback").stderr + cli("status").stdout
+    volatile = re.compile(r"pid \d+|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|/\S+|:\d{4,5}\b|\d+ processes")
+    for line in texts.splitlines():
+        if line.startswith(("desired:", "running:", "          log", "          process")):
+            continue  # paths, pids, ports and times differ from run to run
+        pattern = re.escape(volatile.sub("\0", line)).replace("\0", ".*")
+        if "layers admitted" in line:
+            pattern = r"route:\s+\d+/\d+ layers admitted on 4/4 ranks"
+        assert re.search(pattern, section), f"README lacks: {line}"
