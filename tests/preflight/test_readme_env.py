@@ -1,0 +1,24 @@
+"""README's environment-variable table lists exactly the variables of qpnserve.config.ALL_VARS."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from qpnserve.config import ALL_VARS
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def env_section() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("<!-- SECTION:env -->")
+    return text[start : text.index("<!-- /SECTION:env -->", start)]
+
+
+def test_readme_env_table_lists_every_config_variable() -> None:
+    rows = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", env_section(), flags=re.M))
+    names = {v.name for v in ALL_VARS}
+    hint = "run: python scripts/env_table.py --write"
+    assert names - rows == set(), f"missing from README's env table ({hint})"
+    assert rows - names == set(), f"in README's env table but not in ALL_VARS ({hint})"
