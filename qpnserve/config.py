@@ -32,6 +32,8 @@ REPORT_DIR = EnvVar(
     "QPNSERVE_REPORT_DIR", "where each tensor-parallel rank writes its route report"
 )
 BUILD_DIR = EnvVar("QPNSERVE_BUILD_DIR", "cache directory of compiled operator extensions")
+# Build scripts for a GPU-less builder pin the target once (7.0 for V100).
+BUILD_ARCH = EnvVar("QPNSERVE_BUILD_ARCH", "default --arch of `qpnserve build` (e.g. 7.0)")
 MODEL = EnvVar("QPNSERVE_MODEL", "default --model (checkpoint directory)")
 TP = EnvVar("QPNSERVE_TP", "default --tp (tensor-parallel size)")
 # Recorded facts instead of probing: for reviewing a recorded host offline, and for tests.
@@ -67,6 +69,7 @@ ALL_VARS: tuple[EnvVar, ...] = (
     STATE_DIR,
     REPORT_DIR,
     BUILD_DIR,
+    BUILD_ARCH,
     MODEL,
     TP,
     FACTS_FILE,

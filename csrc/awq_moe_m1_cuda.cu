@@ -1,0 +1,111 @@
+// CUDA launcher of qpnserve::awq_moe_m1_out: argument checks, device guard, current stream,
+// two launches (kernel B with programmatic dependent launch on sm_90), launch checks. No
+// allocation and no host synchronisation, so it is capturable in a CUDA graph.
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
+#include <torch/library.h>
+
+#include <array>
+#include <mutex>
+
+#include "awq_moe_m1_checks.h"
+#include "awq_moe_m1_kernels.cuh"
+
+namespace qpnserve {
+namespace {
+
+enum Path : int64_t { kAuto = 0, kMma16816 = 1, kMma884 = 2 };
+
+// Whether kernel B's device code for this GPU contains griddepcontrol (built for sm_90+). A build
+// that only carries older code must not be launched with the programmatic attribute, because
+// its kernel B would read h without waiting. Cached per device; the query does not synchronise.
+template <typename Kernel>
+bool binary_has_pdl(Kernel kernel, int device) {
+  static std::mutex mu;
+  static std::array<int, 64> cache{};  // 0 unknown, 1 no, 2 yes
+  std::lock_guard<std::mutex> lock(mu);
+  if (device < 0 || device >= static_cast<int>(cache.size())) return false;
+  if (cache[device] == 0) {
+    cudaFuncAttributes attr{};
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    cache[device] = attr.binaryVersion >= 90 ? 2 : 1;
+  }
+  return cache[device] == 2;
+}
+
+template <bool kMeta3, bool kUse884>
+void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major) {
+  auto* kernel_a = qpn::w13_swiglu_kernel<kMeta3, kUse884>;
+  auto* kernel_b = qpn::w2_combine_kernel<kMeta3, kUse884>;
+  kernel_a<<<dim3(qpn::kTiles13, qpn::kRoutes), qpn::kWarpsA * 32, 0, stream>>>(args);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(qpn::kTiles2);
+  config.blockDim = dim3(qpn::kWarpsB * 32);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attrs[1];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  const bool use_pdl = cc_major >= 9 && binary_has_pdl(kernel_b, device);
+  config.attrs = use_pdl ? attrs : nullptr;
+  config.numAttrs = use_pdl ? 1 : 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel_b, args));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Tensor& x,
+                              const at::Tensor& w13, const at::Tensor& s13, const at::Tensor& w2,
+                              const at::Tensor& s2, const at::Tensor& ids,
+                              const at::Tensor& weights, int64_t path) {
+  TORCH_CHECK(out.is_cuda(), "awq_moe_m1_out: out must be a CUDA tensor");
+  const MetaFormat format = check_args(out, intermediate, x, w13, s13, w2, s2, ids, weights);
+  TORCH_CHECK(path == kAuto || path == kMma16816 || path == kMma884,
+              "awq_moe_m1_out_path: path must be 0 (auto), 1 (m16n8k16) or 2 (m8n8k4), got ", path);
+  const c10::cuda::CUDAGuard guard(out.device());
+  const int device = out.get_device();
+  const int cc_major = at::cuda::getDeviceProperties(device)->major;  // cached by torch
+  TORCH_CHECK(cc_major >= 7, "awq_moe_m1_out: needs compute capability 7.0 or newer, device ",
+              device, " has ", cc_major, ".x");
+  const bool use884 = path == kMma884 || (path == kAuto && cc_major < 8);
+  TORCH_CHECK(use884 || cc_major >= 8,
+              "awq_moe_m1_out_path: the m16n8k16 path needs compute capability 8.0 or newer");
+
+  qpn::MoeArgs args{};
+  args.out = reinterpret_cast<__half*>(out.data_ptr());
+  args.intermediate = reinterpret_cast<__half*>(intermediate.data_ptr());
+  args.x = reinterpret_cast<const __half*>(x.data_ptr());
+  args.w13 = reinterpret_cast<const unsigned*>(w13.data_ptr());
+  args.s13 = s13.data_ptr();
+  args.w2 = reinterpret_cast<const unsigned*>(w2.data_ptr());
+  args.s2 = s2.data_ptr();
+  args.ids = ids.data_ptr<int32_t>();
+  args.weights = weights.data_ptr<float>();
+  args.num_experts = static_cast<int>(w13.size(0));
+
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
+  const bool meta3 = format == MetaFormat::kThreeByte;
+  if (meta3 && use884) launch<true, true>(args, stream, device, cc_major);
+  else if (meta3) launch<true, false>(args, stream, device, cc_major);
+  else if (use884) launch<false, true>(args, stream, device, cc_major);
+  else launch<false, false>(args, stream, device, cc_major);
+}
+
+void awq_moe_m1_out_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Tensor& x,
+                         const at::Tensor& w13, const at::Tensor& s13, const at::Tensor& w2,
+                         const at::Tensor& s2, const at::Tensor& ids, const at::Tensor& weights) {
+  awq_moe_m1_out_path_cuda(out, intermediate, x, w13, s13, w2, s2, ids, weights, kAuto);
+}
+
+}  // namespace
+}  // namespace qpnserve
+
+TORCH_LIBRARY_IMPL(qpnserve, CUDA, m) {
+  m.impl("awq_moe_m1_out", &qpnserve::awq_moe_m1_out_cuda);
+  m.impl("awq_moe_m1_out_path", &qpnserve::awq_moe_m1_out_path_cuda);
+}

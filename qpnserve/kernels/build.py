@@ -1,0 +1,450 @@
+"""Compile (``build``) or load (``load``) the operator extension from csrc/.
+
+A build goes into ``config.build_dir()/<build_key>/`` and is keyed by the csrc sources, the
+torch version, the CUDA version and the arch list, so a changed source or a different torch never
+loads a stale library. ``load`` only ever loads a prebuilt library (a server must never compile);
+``build`` is what ``qpnserve build`` runs.
+
+torch is imported inside the functions: ``import qpnserve.kernels.build`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from qpnserve import config
+from qpnserve.errors import BuildError, UsageError
+from qpnserve.resources import resource_dir
+
+SOURCE_SUFFIXES = (".cu", ".cpp", ".h", ".cuh")
+MANIFEST_NAME = "manifest.json"
+LIBRARY_PREFIX = "qpnserve_ops"
+# CUDA 13 dropped the Volta (sm_70/sm_72) targets; sm_75 is the oldest it compiles.
+_OLDEST_ARCH_BY_CUDA_MAJOR = {13: (7, 5)}
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    path: Path  # the shared library (.so)
+    build_key: str
+    reused: bool  # True when an existing build was loaded or kept instead of compiling
+    arch_list: tuple[str, ...]  # e.g. ("7.0",); empty for a CPU-only build
+    with_cuda: bool
+    torch_version: str
+    cuda_version: str | None
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        data["arch_list"] = list(self.arch_list)
+        return data
+
+
+def _no_progress(_: str) -> None:
+    pass
+
+
+def source_files() -> list[Path]:
+    """Every csrc/ file that goes into a build key (sorted; .cu, .cpp, .h, .cuh)."""
+    root = resource_dir("csrc")
+    return sorted(p for p in root.iterdir() if p.is_file() and p.suffix in SOURCE_SUFFIXES)
+
+
+def sources_digest() -> str:
+    digest = hashlib.sha256()
+    for path in source_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def normalize_arch_list(arch_list: Sequence[str] | str | None) -> tuple[str, ...]:
+    """'7.0;9.0' / ['7.0', '9.0'] / '70' -> ('7.0', '9.0'); raises UsageError on junk."""
+    if arch_list is None:
+        return ()
+    items = re.split(r"[;,\s]+", arch_list) if isinstance(arch_list, str) else list(arch_list)
+    archs: set[str] = set()
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        match = re.fullmatch(r"(?:sm_)?(\d)\.?(\d)", item)
+        if not match:
+            raise UsageError(
+                f"unknown CUDA arch {item!r}",
+                hint="give compute capabilities like 7.0 (V100), 8.0 or 9.0",
+            )
+        archs.add(f"{match.group(1)}.{match.group(2)}")
+    return tuple(sorted(archs, key=lambda a: tuple(int(p) for p in a.split("."))))
+
+
+def _torch_versions() -> tuple[str, str | None]:
+    import torch
+
+    return str(torch.__version__), torch.version.cuda
+
+
+def build_key(arch_list: Sequence[str] | str | None, with_cuda: bool) -> str:
+    """Hash of the csrc sources, the torch version, the CUDA version and the arch list."""
+    torch_version, cuda_version = _torch_versions()
+    archs = normalize_arch_list(arch_list) if with_cuda else ()
+    payload = json.dumps(
+        {
+            "sources": sources_digest(),
+            "torch": torch_version,
+            "cuda": cuda_version if with_cuda else None,
+            "archs": list(archs),
+            "with_cuda": with_cuda,
+            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def nvcc_version(cuda_home: str | None) -> tuple[int, int] | None:
+    """(major, minor) of CUDA_HOME's nvcc, or None when there is none."""
+    if not cuda_home:
+        return None
+    nvcc = Path(cuda_home) / "bin" / "nvcc"
+    if not nvcc.exists():
+        return None
+    try:
+        text = subprocess.run(
+            [str(nvcc), "--version"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"release (\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def toolkit_refusal(
+    archs: Sequence[str], toolkit: tuple[int, int] | None, torch_cuda: str | None
+) -> BuildError | None:
+    """Pure decision: why this toolkit / torch pair cannot build ``archs`` (None when it can)."""
+    if torch_cuda is None:
+        return BuildError(
+            "this torch has no CUDA support, so the CUDA operator cannot be built",
+            hint="install the host's CUDA build of torch (1Cat-vLLM ships torch 2.10.0+cu128)",
+        )
+    if toolkit is None:
+        return BuildError(
+            "no CUDA toolkit (nvcc) was found",
+            hint="install a CUDA 12.x toolkit and set CUDA_HOME to it",
+        )
+    oldest = _OLDEST_ARCH_BY_CUDA_MAJOR.get(toolkit[0])
+    if toolkit[0] > max(_OLDEST_ARCH_BY_CUDA_MAJOR):
+        oldest = _OLDEST_ARCH_BY_CUDA_MAJOR[max(_OLDEST_ARCH_BY_CUDA_MAJOR)]
+    if oldest is not None:
+        too_old = [a for a in archs if tuple(int(p) for p in a.split(".")) < oldest]
+        if too_old:
+            return BuildError(
+                f"CUDA {toolkit[0]}.{toolkit[1]} cannot compile for sm_"
+                f"{too_old[0].replace('.', '')} (Volta support ended with CUDA 12)",
+                hint="build with a CUDA 12.x toolkit (CUDA_HOME) and a cu12x torch, "
+                "as 1Cat-vLLM uses (CUDA 12.8, torch 2.10.0+cu128)",
+            )
+    return None
+
+
+def _torch_has_arch(arch: str) -> bool | None:
+    """Whether the installed torch carries kernels for ``arch`` (None: cannot tell)."""
+    import torch
+
+    try:
+        flags = str(torch._C._cuda_getArchFlags() or "")
+    except (AttributeError, RuntimeError):
+        return None
+    if not flags:
+        return None
+    tag = arch.replace(".", "")
+    return f"sm_{tag}" in flags or f"compute_{tag}" in flags
+
+
+def local_arch_list() -> tuple[str, ...]:
+    """The compute capabilities of the visible GPUs (initialises CUDA; CLI use only)."""
+    import torch
+
+    if torch.version.cuda is None or not torch.cuda.is_available():
+        return ()
+    caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+    return normalize_arch_list([f"{major}.{minor}" for major, minor in caps])
+
+
+def _read_manifest(directory: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((directory / MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _result_from_manifest(directory: Path, data: dict[str, object], reused: bool) -> BuildResult:
+    archs = data.get("arch_list") or []
+    return BuildResult(
+        path=directory / str(data["library"]),
+        build_key=str(data["build_key"]),
+        reused=reused,
+        arch_list=tuple(str(a) for a in archs) if isinstance(archs, list) else (),
+        with_cuda=bool(data["with_cuda"]),
+        torch_version=str(data["torch_version"]),
+        cuda_version=None if data.get("cuda_version") is None else str(data["cuda_version"]),
+    )
+
+
+def _find_prebuilt(key: str) -> BuildResult | None:
+    directory = config.build_dir() / key
+    data = _read_manifest(directory)
+    if data is None or data.get("build_key") != key:
+        return None
+    result = _result_from_manifest(directory, data, reused=True)
+    return result if result.path.is_file() else None
+
+
+def _heartbeat(progress: Progress, label: str, stop: threading.Event) -> None:
+    start = time.monotonic()
+    while not stop.wait(15.0):
+        progress(f"{label}: still compiling ({time.monotonic() - start:.0f} s)")
+
+
+def build(
+    arch_list: Sequence[str] | str | None = None,
+    force: bool = False,
+    cpu_only: bool = False,
+    progress: Progress = _no_progress,
+) -> BuildResult:
+    """Compile the extension (or reuse the cached build with the same key) and return it.
+
+    arch_list: compute capabilities to compile for (e.g. "7.0"); None = the visible GPUs'.
+    cpu_only: compile the C++ CPU implementation only (no CUDA needed; used by CI tests).
+    Never called inside a running server: the plugin uses ``load``.
+    """
+    if "vllm" in sys.modules:
+        raise BuildError(
+            "refusing to compile the operator inside a process that has imported vLLM",
+            hint="run `qpnserve build` before starting the server",
+        )
+    import torch
+    from torch.utils import cpp_extension
+
+    torch_version, torch_cuda = str(torch.__version__), torch.version.cuda
+    archs: tuple[str, ...] = ()
+    if not cpu_only:
+        archs = normalize_arch_list(arch_list) or local_arch_list()
+        if not archs:
+            raise BuildError(
+                "no CUDA GPU is visible to pick the arch list from",
+                hint="pass --arch 7.0 (V100) to build without a GPU",
+            )
+        refusal = toolkit_refusal(archs, nvcc_version(cpp_extension.CUDA_HOME), torch_cuda)
+        if refusal is not None:
+            raise refusal
+        for arch in archs:
+            if _torch_has_arch(arch) is False:
+                raise BuildError(
+                    f"torch {torch_version} carries no sm_{arch.replace('.', '')} kernels, "
+                    "so it cannot run on that GPU",
+                    hint="use the host's torch build (1Cat-vLLM: torch 2.10.0+cu128 has sm_70)",
+                )
+
+    key = build_key(archs, with_cuda=not cpu_only)
+    if not force:
+        cached = _find_prebuilt(key)
+        if cached is not None:
+            progress(f"reusing the build in {cached.path.parent}")
+            return _ensure_loaded(cached)
+    current = loaded()
+    if current is not None:
+        raise BuildError(
+            f"a build of the operator ({current.path}) is already loaded in this process",
+            hint="run `qpnserve build` in a fresh process",
+        )
+
+    from filelock import FileLock
+
+    directory = config.build_dir() / key
+    directory.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(directory.parent / f"{key}.lock")):
+        if not force:  # another process may have finished it while we waited
+            cached = _find_prebuilt(key)
+            if cached is not None:
+                return _ensure_loaded(cached)
+        (directory / MANIFEST_NAME).unlink(missing_ok=True)
+        suffixes = (".cpp",) if cpu_only else (".cpp", ".cu")
+        sources = [str(p) for p in source_files() if p.suffix in suffixes]
+        name = f"{LIBRARY_PREFIX}_{key}"
+        label = f"{'CPU' if cpu_only else 'sm_' + ','.join(a.replace('.', '') for a in archs)}"
+        progress(f"compiling {len(sources)} sources for {label} into {directory}")
+        env_backup = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        if not cpu_only:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
+        stop = threading.Event()
+        ticker = threading.Thread(target=_heartbeat, args=(progress, label, stop), daemon=True)
+        started = time.monotonic()
+        ticker.start()
+        try:
+            library = cpp_extension.load(
+                name=name,
+                sources=sources,
+                extra_cflags=["-O3", "-std=c++17"],
+                extra_cuda_cflags=["-O3", "-std=c++17", "-lineinfo"],
+                extra_include_paths=[str(resource_dir("csrc"))],
+                build_directory=str(directory),
+                with_cuda=not cpu_only,
+                is_python_module=False,
+                is_standalone=False,
+                verbose=False,
+            )
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            last = str(exc).strip().splitlines()
+            raise BuildError(
+                f"compiling the operator failed: {last[-1] if last else exc}",
+                hint=f"the full compiler output is in {directory}; rerun with --force",
+            ) from exc
+        finally:
+            stop.set()
+            if env_backup is None:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+            else:
+                os.environ["TORCH_CUDA_ARCH_LIST"] = env_backup
+        del library  # cpp_extension.load already loaded it into torch.ops
+        so_path = directory / f"{name}.so"
+        if not so_path.is_file():
+            raise BuildError(f"the compiler produced no {so_path.name} in {directory}")
+        manifest = {
+            "build_key": key,
+            "library": so_path.name,
+            "arch_list": list(archs),
+            "with_cuda": not cpu_only,
+            "torch_version": torch_version,
+            "cuda_version": torch_cuda if not cpu_only else None,
+            "sources_digest": sources_digest(),
+            "compile_s": round(time.monotonic() - started, 1),
+        }
+        from qpnserve.fsutil import atomic_write_text
+
+        atomic_write_text(directory / MANIFEST_NAME, json.dumps(manifest, indent=2), mode=0o644)
+        progress(f"compiled in {manifest['compile_s']} s")
+        result = _result_from_manifest(directory, manifest, reused=False)
+        _register_loaded(so_path, result)
+        return result
+
+
+# The library loaded into this process (one at most: every build defines TORCH_LIBRARY(qpnserve)).
+_LOADED: dict[str, BuildResult] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _register_loaded(path: Path, result: BuildResult | None = None) -> None:
+    from qpnserve.kernels import ops
+
+    if result is not None:
+        _LOADED[str(path)] = result
+    ops.register_fake_once()
+
+
+def loaded() -> BuildResult | None:
+    """The build loaded into this process, if any."""
+    return next(iter(_LOADED.values()), None)
+
+
+def _ensure_loaded(result: BuildResult) -> BuildResult:
+    """Load ``result`` unless a build is already loaded (one library per process)."""
+    with _LOAD_LOCK:
+        if loaded() is None:
+            import torch
+
+            try:
+                torch.ops.load_library(str(result.path))
+            except (OSError, RuntimeError) as exc:
+                raise BuildError(
+                    f"loading {result.path} failed: {exc}",
+                    hint="rebuild it with `qpnserve build --force`",
+                ) from exc
+            _register_loaded(result.path, result)
+    return result
+
+
+def _matching_builds(archs: tuple[str, ...], cpu_only: bool) -> list[BuildResult]:
+    torch_version, torch_cuda = _torch_versions()
+    digest = sources_digest()
+    root = config.build_dir()
+    found: list[tuple[float, BuildResult]] = []
+    if not root.is_dir():
+        return []
+    for directory in root.iterdir():
+        data = _read_manifest(directory)
+        if data is None or data.get("sources_digest") != digest:
+            continue
+        if data.get("torch_version") != torch_version or bool(data.get("with_cuda")) == cpu_only:
+            continue
+        if not cpu_only and data.get("cuda_version") != torch_cuda:
+            continue
+        result = _result_from_manifest(directory, data, reused=True)
+        if archs and tuple(result.arch_list) != archs:
+            continue
+        if result.path.is_file():
+            found.append((result.path.stat().st_mtime, result))
+    return [r for _, r in sorted(found, key=lambda item: item[0], reverse=True)]
+
+
+def load(arch_list: Sequence[str] | str | None = None, cpu_only: bool = False) -> BuildResult:
+    """Load a prebuilt extension into ``torch.ops.qpnserve``; never compiles.
+
+    Picks the newest build of the current sources for this torch (and CUDA) version, with the
+    given arch list when one is given. Raises BuildError naming the command that builds it.
+    Loading twice is a no-op. Does not initialise CUDA.
+    """
+    archs = () if cpu_only else normalize_arch_list(arch_list)
+    with _LOAD_LOCK:
+        current = loaded()
+        if current is not None:
+            # A CUDA build also carries the CPU implementation, so it serves a CPU-only request.
+            if cpu_only or (current.with_cuda and (not archs or current.arch_list == archs)):
+                return current
+            raise BuildError(
+                f"another build of the operator ({current.path}) is already loaded in this process",
+                hint="start a new process to load a different build",
+            )
+        candidates = _matching_builds(archs, cpu_only)
+        if not candidates:
+            kind = "CPU-only" if cpu_only else "CUDA"
+            wanted = f" for sm_{','.join(a.replace('.', '') for a in archs)}" if archs else ""
+            command = "qpnserve build --cpu-only" if cpu_only else "qpnserve build"
+            if archs:
+                command += f" --arch {';'.join(archs)}"
+            raise BuildError(
+                f"no {kind} build of the operator{wanted} matches these sources and this torch "
+                f"in {config.build_dir()}",
+                hint=f"run `{command}` first (outside the server)",
+            )
+        chosen = candidates[0]
+        import torch
+
+        try:
+            torch.ops.load_library(str(chosen.path))
+        except (OSError, RuntimeError) as exc:
+            raise BuildError(
+                f"loading {chosen.path} failed: {exc}",
+                hint="rebuild it with `qpnserve build --force`",
+            ) from exc
+        _register_loaded(chosen.path, chosen)
+        return chosen
+
+
+def remove_build(key: str) -> None:
+    """Delete one cached build (used by tests and `qpnserve build --force` clean-ups)."""
+    shutil.rmtree(config.build_dir() / key, ignore_errors=True)

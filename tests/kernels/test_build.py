@@ -1,0 +1,94 @@
+"""Build keys, toolkit refusals, and `qpnserve build` / `load` on the CPU-only build."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qpnserve.errors import BuildError, ExitCode, UsageError
+from qpnserve.kernels import build
+
+
+def test_arch_list_accepts_common_spellings_and_rejects_junk() -> None:
+    assert build.normalize_arch_list("9.0;7.0") == ("7.0", "9.0")
+    assert build.normalize_arch_list(["sm_70", "80"]) == ("7.0", "8.0")
+    with pytest.raises(UsageError):
+        build.normalize_arch_list("volta")
+
+
+def test_build_key_depends_on_arch_list_and_cuda() -> None:
+    key_70 = build.build_key("7.0", with_cuda=True)
+    assert key_70 == build.build_key(["7.0"], with_cuda=True)
+    assert key_70 != build.build_key("9.0", with_cuda=True)
+    assert key_70 != build.build_key("7.0", with_cuda=False)
+
+
+def test_build_key_covers_every_csrc_source() -> None:
+    names = {p.name for p in build.source_files()}
+    assert {"awq_moe_m1.cpp", "awq_moe_m1_cuda.cu", "awq_moe_m1_kernels.cuh"} <= names
+
+
+def test_toolkit_refusal_names_cuda13_for_sm70() -> None:
+    refusal = build.toolkit_refusal(("7.0",), (13, 0), "13.0")
+    assert refusal is not None and "sm_70" in refusal.message and "CUDA 13.0" in refusal.message
+    assert build.toolkit_refusal(("9.0",), (13, 0), "13.0") is None
+    assert build.toolkit_refusal(("7.0",), (12, 8), "12.8") is None
+
+
+def test_toolkit_refusal_without_cuda_torch_or_nvcc() -> None:
+    no_torch_cuda = build.toolkit_refusal(("7.0",), (12, 8), None)
+    assert no_torch_cuda is not None and "no CUDA support" in no_torch_cuda.message
+    no_nvcc = build.toolkit_refusal(("7.0",), None, "12.8")
+    assert no_nvcc is not None and "nvcc" in no_nvcc.message
+
+
+def test_load_without_a_build_raises_with_the_build_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QPNSERVE_BUILD_DIR", str(tmp_path / "empty"))
+    monkeypatch.setattr(build, "_LOADED", {})
+    with pytest.raises(BuildError) as info:
+        build.load(arch_list="7.0")
+    assert "qpnserve build" in (info.value.hint or "")
+
+
+def _cli(args: list[str], build_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, QPNSERVE_BUILD_DIR=str(build_dir))
+    return subprocess.run(
+        [sys.executable, "-m", "qpnserve", "build", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+
+
+def test_cli_build_cpu_only_reuses_the_cached_build(cpu_extension) -> None:  # type: ignore[no-untyped-def]
+    result = _cli(["--cpu-only", "--json"], cpu_extension.path.parent.parent)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["reused"] is True
+    assert data["build_key"] == cpu_extension.build_key
+    assert Path(data["path"]).is_file()
+
+
+def test_cli_build_refuses_cuda_build_on_cpu_torch(tmp_path: Path) -> None:
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("this torch has CUDA")
+    result = _cli(["--arch", "7.0"], tmp_path)
+    assert result.returncode == int(ExitCode.BUILD)
+    assert result.stderr.startswith("error: this torch has no CUDA support")
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_build_rejects_unknown_arch_as_usage_error(tmp_path: Path) -> None:
+    result = _cli(["--arch", "volta", "--json"], tmp_path)
+    assert result.returncode == int(ExitCode.USAGE)
+    assert result.stdout == ""
