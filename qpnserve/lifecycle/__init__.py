@@ -35,8 +35,9 @@ from qpnserve.lifecycle.options import (
     default_stages,
     stderr_progress,
 )
+from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
 from qpnserve.lifecycle.rollback import RollbackResult, rollback
-from qpnserve.lifecycle.up import LaunchPlan, plan_launch, up
+from qpnserve.lifecycle.up import up
 
 __all__ = [
     "DownResult",

@@ -95,9 +95,10 @@ class StatusReport(BaseModel):
 def status(probe_timeout_s: float = 2.0) -> StatusReport:
     """Desired versus running, liveness from /proc, health from /health, route from reports."""
     root = ensure_state_dir()
-    with locked(root):
-        desired = read_desired(root)
-        running = read_running(root)
+    # No lock: every state write is an atomic rename, so a read sees a whole file, and status
+    # must answer even while another command holds the lock.
+    desired = read_desired(root)
+    running = read_running(root)
     phase: ServerPhase = "not running"
     members: list[int] = []
     healthy: bool | None = None

@@ -4,109 +4,40 @@ admitted every MoE layer), record it, then serve in the foreground or return (de
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from qpnserve import config
-from qpnserve.errors import ConflictError, PreflightError, ServerError, UsageError
-from qpnserve.launch import (
-    DEFAULT_SERVER_MODULE,
-    build_argv,
-    build_env,
-    default_python,
-    installed_general_plugins,
-    port_holder,
-    port_in_use,
-    route_env_record,
-    start_server,
-)
+from qpnserve.errors import ConflictError, PreflightError, ServerError
+from qpnserve.launch import port_holder, port_in_use, start_server
 from qpnserve.lifecycle import options
 from qpnserve.lifecycle.options import Progress, Stages, UpOptions, stderr_progress
-from qpnserve.procs import group_members, is_alive, log_tail, start_ticks, stop_group
+from qpnserve.lifecycle.plan import (
+    LaunchPlan,
+    desired_from,
+    plan_launch,
+    starting_state,
+    validate,
+)
+from qpnserve.procs import group_members, is_alive, log_tail, stop_group
 from qpnserve.readiness import wait_ready
 from qpnserve.route_check import expected_moe_layers, route_problems, summarize
 from qpnserve.route_report import read_reports
 from qpnserve.state import (
-    DesiredState,
     RunningState,
     clear_running,
     ensure_state_dir,
     locked,
-    logs_dir,
     read_running,
-    report_dir,
     write_desired,
     write_running,
 )
 
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """What `up` would start: `--dry-run` prints it, `up` runs it."""
-
-    argv: list[str]
-    env: dict[str, str]  # the full environment of the server
-    recorded_env: dict[str, str | None]  # the variables that decide the route
-    cwd: Path
-    log_path: Path
-    report_dir: Path
-
-
-def plan_launch(
-    opts: UpOptions,
-    root: Path,
-    *,
-    base_env: Mapping[str, str] | None = None,
-    installed_plugins: Sequence[str] | None = None,
-) -> LaunchPlan:
-    validate(opts)
-    reports = report_dir(root)
-    env = build_env(
-        os.environ if base_env is None else base_env,
-        route_on=opts.awq_m1,
-        include_plugin=opts.include_plugin,
-        report_dir=reports,
-        installed_plugins=(
-            installed_general_plugins() if installed_plugins is None else installed_plugins
-        ),
-    )
-    argv = build_argv(
-        python=default_python(),
-        server_module=opts.server_module,
-        model=opts.model.resolve(),
-        served_model_name=opts.served_name,
-        tp=opts.tp,
-        host=opts.host,
-        port=opts.port,
-        extra_args=opts.extra_args,
-    )
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    log_path = logs_dir(root) / f"server-{stamp}-{os.getpid()}.log"
-    # The host's instructions: run from a directory outside any source checkout, so the
-    # checkout's `vllm/` folder cannot shadow the installed package.
-    return LaunchPlan(argv, env, route_env_record(env), root / "run", log_path, reports)
-
-
-def validate(opts: UpOptions) -> None:
-    if not opts.model.is_dir():
-        raise UsageError(f"--model {opts.model} is not a directory", hint="pass the checkpoint dir")
-    if opts.tp < 1:
-        raise UsageError(f"--tp must be at least 1, got {opts.tp}")
-    if not 1 <= opts.port <= 65535:
-        raise UsageError(f"--port must be 1..65535, got {opts.port}")
-    if opts.timeout_s <= 0:
-        raise UsageError(f"--timeout-s must be positive, got {opts.timeout_s}")
-    if opts.awq_m1 and not opts.include_plugin:
-        raise UsageError(
-            "the route needs qpnserve's plugin: it applies the dispatch and writes the proof",
-            hint="drop --unpatch, or start with --no-awq-m1",
-        )
+__all__ = ["LaunchPlan", "check_conflicts", "plan_launch", "up"]
 
 
 def up(
@@ -139,31 +70,13 @@ def up(
             stale.unlink()  # a report of an earlier server must never prove this one
         write_desired(root, desired_from(opts))
         popen = start_server(plan.argv, plan.env, plan.cwd, plan.log_path)
-        running = RunningState(
-            phase="starting",
-            pid=popen.pid,
-            pgid=popen.pid,  # start_new_session: the server leads its own group
-            proc_start_ticks=start_ticks(popen.pid),
-            started_at=datetime.now(UTC),
-            argv=plan.argv,
-            env=plan.recorded_env,
-            cwd=str(plan.cwd),
-            route_flag="1" if opts.awq_m1 else "0",
-            include_plugin=opts.include_plugin,
-            host_kind=host.kind,
-            host_version=host.version,
-            build_key=build_key,
-            model=str(opts.model.resolve()),
-            served_model_name=opts.served_name,
-            tp=opts.tp,
-            host=opts.host,
-            port=opts.port,
-            extra_args=list(opts.extra_args),
-            server_module=opts.server_module,
-            log_path=str(plan.log_path),
-            report_dir=str(plan.report_dir),
-        )
-        write_running(root, running)
+        try:
+            running = starting_state(popen.pid, plan, opts, host.kind, host.version, build_key)
+            write_running(root, running)
+        except BaseException:
+            # Never leave a server that no record names (Ctrl-C or a failed write right here).
+            stop_group(popen.pid, 0.0, reap=popen.poll)
+            raise
     flag = config.ROUTE_FLAG.name
     say(f"started python -m {opts.server_module} (pid {popen.pid}, its own process group)")
     say(f"  {flag}={running.route_flag}  VLLM_PLUGINS={plan.env[config.VLLM_PLUGINS.name]}")
@@ -179,20 +92,6 @@ def up(
     except BaseException:
         _stop_after_failure(popen, running, root, opts, say)
         raise
-
-
-def desired_from(opts: UpOptions) -> DesiredState:
-    return DesiredState(
-        awq_m1=opts.awq_m1,
-        include_plugin=opts.include_plugin,
-        model=str(opts.model.resolve()),
-        served_model_name=opts.served_model_name,
-        tp=opts.tp,
-        host=opts.host,
-        port=opts.port,
-        extra_args=list(opts.extra_args),
-        server_module=None if opts.server_module == DEFAULT_SERVER_MODULE else opts.server_module,
-    )
 
 
 def check_conflicts(root: Path, opts: UpOptions, say: Progress) -> None:

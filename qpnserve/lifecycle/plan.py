@@ -1,0 +1,134 @@
+"""What `up` starts, decided before anything starts: the launch plan (argv, environment, cwd,
+log and report paths), the checks of the options, and the state records derived from them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from qpnserve.errors import UsageError
+from qpnserve.launch import (
+    DEFAULT_SERVER_MODULE,
+    build_argv,
+    build_env,
+    default_python,
+    installed_general_plugins,
+    route_env_record,
+)
+from qpnserve.lifecycle.options import UpOptions
+from qpnserve.procs import start_ticks
+from qpnserve.state import DesiredState, HostKind, RunningState, logs_dir, report_dir
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What `up` would start: `--dry-run` prints it, `up` runs it."""
+
+    argv: list[str]
+    env: dict[str, str]  # the full environment of the server
+    recorded_env: dict[str, str | None]  # the variables that decide the route
+    cwd: Path
+    log_path: Path
+    report_dir: Path
+
+
+def plan_launch(
+    opts: UpOptions,
+    root: Path,
+    *,
+    base_env: Mapping[str, str] | None = None,
+    installed_plugins: Sequence[str] | None = None,
+) -> LaunchPlan:
+    validate(opts)
+    reports = report_dir(root)
+    env = build_env(
+        os.environ if base_env is None else base_env,
+        route_on=opts.awq_m1,
+        include_plugin=opts.include_plugin,
+        report_dir=reports,
+        installed_plugins=(
+            installed_general_plugins() if installed_plugins is None else installed_plugins
+        ),
+    )
+    argv = build_argv(
+        python=default_python(),
+        server_module=opts.server_module,
+        model=opts.model.resolve(),
+        served_model_name=opts.served_name,
+        tp=opts.tp,
+        host=opts.host,
+        port=opts.port,
+        extra_args=opts.extra_args,
+    )
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    log_path = logs_dir(root) / f"server-{stamp}-{os.getpid()}.log"
+    # The host's instructions: run from a directory outside any source checkout, so the
+    # checkout's `vllm/` folder cannot shadow the installed package.
+    return LaunchPlan(argv, env, route_env_record(env), root / "run", log_path, reports)
+
+
+def validate(opts: UpOptions) -> None:
+    if not opts.model.is_dir():
+        raise UsageError(f"--model {opts.model} is not a directory", hint="pass the checkpoint dir")
+    if opts.tp < 1:
+        raise UsageError(f"--tp must be at least 1, got {opts.tp}")
+    if not 1 <= opts.port <= 65535:
+        raise UsageError(f"--port must be 1..65535, got {opts.port}")
+    if opts.timeout_s <= 0:
+        raise UsageError(f"--timeout-s must be positive, got {opts.timeout_s}")
+    if opts.awq_m1 and not opts.include_plugin:
+        raise UsageError(
+            "the route needs qpnserve's plugin: it applies the dispatch and writes the proof",
+            hint="drop --unpatch, or start with --no-awq-m1",
+        )
+
+
+def starting_state(
+    pid: int,
+    plan: LaunchPlan,
+    opts: UpOptions,
+    host_kind: HostKind,
+    host_version: str | None,
+    build_key: str | None,
+) -> RunningState:
+    return RunningState(
+        phase="starting",
+        pid=pid,
+        pgid=pid,  # start_new_session: the server leads its own group
+        proc_start_ticks=start_ticks(pid),
+        started_at=datetime.now(UTC),
+        argv=plan.argv,
+        env=plan.recorded_env,
+        cwd=str(plan.cwd),
+        route_flag="1" if opts.awq_m1 else "0",
+        include_plugin=opts.include_plugin,
+        host_kind=host_kind,
+        host_version=host_version,
+        build_key=build_key,
+        model=str(opts.model.resolve()),
+        served_model_name=opts.served_name,
+        tp=opts.tp,
+        host=opts.host,
+        port=opts.port,
+        extra_args=list(opts.extra_args),
+        server_module=opts.server_module,
+        log_path=str(plan.log_path),
+        report_dir=str(plan.report_dir),
+    )
+
+
+def desired_from(opts: UpOptions) -> DesiredState:
+    return DesiredState(
+        awq_m1=opts.awq_m1,
+        include_plugin=opts.include_plugin,
+        model=str(opts.model.resolve()),
+        served_model_name=opts.served_model_name,
+        tp=opts.tp,
+        host=opts.host,
+        port=opts.port,
+        extra_args=list(opts.extra_args),
+        server_module=None if opts.server_module == DEFAULT_SERVER_MODULE else opts.server_module,
+    )
