@@ -166,23 +166,25 @@ def forget_vllm_modules() -> None:
 # --- the layer ------------------------------------------------------------------------------
 
 
-def prepared_banks(*, metadata: str = "int32", num_experts: int = 512) -> dict[str, torch.Tensor]:
+def prepared_banks(
+    *, metadata: str = "int32", num_experts: int = 512, device: str = "cpu"
+) -> dict[str, torch.Tensor]:
     """Banks with the prepared shapes of contract section 3, uninitialised.
 
     torch.empty leaves the ~400 MB of one layer's banks untouched (the pages are only mapped),
     so shape and identity tests cost no memory; numerics tests write the experts they route to.
     """
-    e = num_experts
+    e, d = num_experts, device
     if metadata == "int32":
-        s13 = torch.empty(e, 80, 320, dtype=torch.int32)
-        s2 = torch.empty(e, 5, 2560, dtype=torch.int32)
+        s13 = torch.empty(e, 80, 320, dtype=torch.int32, device=d)
+        s2 = torch.empty(e, 5, 2560, dtype=torch.int32, device=d)
     else:
-        s13 = torch.empty(e, 80, 320, 3, dtype=torch.uint8)
-        s2 = torch.empty(e, 5, 2560, 3, dtype=torch.uint8)
+        s13 = torch.empty(e, 80, 320, 3, dtype=torch.uint8, device=d)
+        s2 = torch.empty(e, 5, 2560, 3, dtype=torch.uint8, device=d)
     return {
-        "w13_tm_weight": torch.empty(e, 2560, 40, dtype=torch.int32),
+        "w13_tm_weight": torch.empty(e, 2560, 40, dtype=torch.int32, device=d),
         "w13_tm_scales": s13,
-        "w2_tm_weight": torch.empty(e, 160, 320, dtype=torch.int32),
+        "w2_tm_weight": torch.empty(e, 160, 320, dtype=torch.int32, device=d),
         "w2_tm_scales": s2,
     }
 

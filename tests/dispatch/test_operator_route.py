@@ -27,9 +27,10 @@ from tests.dispatch.standin import FakeHost, StandInLayer, prepared_banks
 HOST_IDS = [3, 511, 0, 100, 250, 7, 42, 300, 499, 64]
 
 
-def _host_layer_with(banks: Any, fmt: str) -> StandInLayer:
+def host_layer_with(banks: Any, fmt: str, device: str = "cpu") -> StandInLayer:
     """A 512-expert host layer whose experts HOST_IDS[r] are expert r of ``banks``."""
-    prepared = prepared_banks(metadata="int32" if fmt == "4byte" else "uint8")
+    metadata = "int32" if fmt == "4byte" else "uint8"
+    prepared = prepared_banks(metadata=metadata, device=device)
     for r, e in enumerate(HOST_IDS):
         prepared["w13_tm_weight"][e] = banks.w13[r]
         prepared["w13_tm_scales"][e] = banks.s13[r]
@@ -55,7 +56,7 @@ def test_admitted_call_runs_operator_on_host_banks(
 
     banks = random_banks(10, seed=11, fmt=fmt)  # type: ignore[arg-type]
     x, _, weights = random_inputs(seed=5, num_experts=10)
-    layer = _host_layer_with(banks, fmt)
+    layer = host_layer_with(banks, fmt)
     method = cls(4, 32, True, layer)
     method.process_weights_after_loading(layer)
     (report,) = read_reports(report_dir)
