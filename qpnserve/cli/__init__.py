@@ -6,7 +6,7 @@ Command modules keep heavy imports (pydantic models, torch, httpx) inside the co
 
 from __future__ import annotations
 
-from qpnserve.cli import bench, build, check, fixture, server  # noqa: F401  (registers commands)
+from qpnserve.cli import bench, bench_op, build, check, fixture, server  # noqa: F401  (registers commands)
 from qpnserve.cli.app import app
 
 

@@ -1,0 +1,251 @@
+"""Random TP4-shaped prepared banks (contract section 3), their decoding, and the FP64 check.
+
+The banks are generated directly in packed form on the target device (random words are valid
+codes; metadata is built from random scales and zero points with the FP16 bias rule), because
+packing 48 layers x 512 experts through a CPU packer would take minutes. The FP64 reference
+below decodes the ten routed experts of one layer and applies the contract's staged FP16
+roundings; `check_route_output` applies section 4's acceptance bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from qpnserve.benchop.route_bytes import (
+    GROUP,
+    HIDDEN,
+    INTERMEDIATE,
+    NUM_EXPERTS,
+    TOP_K,
+    W13_N,
+    MetaFormat,
+)
+
+# Row offset j of the 8 codes in a word sits in nibble ORDER.index(j) (contract section 3).
+_SHIFT_OF_ROW = [4 * [0, 2, 4, 6, 1, 3, 5, 7].index(j) for j in range(8)]
+
+
+@dataclass
+class LayerBanks:
+    """One layer's banks, its fixed route and its seed input.
+
+    w13 (E, 2560, 40) int32; s13 (E, 80, 320) int32 or (E, 80, 320, 3) uint8;
+    w2 (E, 160, 320) int32; s2 (E, 5, 2560) int32 or (E, 5, 2560, 3) uint8;
+    route_ids (1, 10) int32, distinct, in [0, E); route_weights (1, 10) fp32;
+    seed (1, 2560) fp16: x of this layer before the previous layer's output is mixed in.
+    """
+
+    w13: torch.Tensor
+    s13: torch.Tensor
+    w2: torch.Tensor
+    s2: torch.Tensor
+    route_ids: torch.Tensor
+    route_weights: torch.Tensor
+    seed: torch.Tensor
+
+
+def _random_words(
+    shape: tuple[int, ...], gen: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """Uniform random int32 words (every bit pattern is 8 valid 4-bit codes)."""
+    count = math.prod(shape)
+    raw = torch.randint(0, 256, (count * 4,), dtype=torch.uint8, generator=gen, device=device)
+    return raw.view(torch.int32).view(shape)
+
+
+def _random_meta(
+    groups: int,
+    cols: int,
+    num_experts: int,
+    fmt: MetaFormat,
+    gen: torch.Generator,
+    device: torch.device,
+) -> torch.Tensor:
+    """Metadata records for (E, groups, cols): scale in [2^-9, 2^-5], zero point 0..15."""
+    shape = (num_experts, groups, cols)
+    log2_scale = torch.rand(shape, generator=gen, device=device) * 4.0 - 9.0
+    scale = torch.exp2(log2_scale).to(torch.float16)
+    zero = torch.randint(0, 16, shape, dtype=torch.uint8, generator=gen, device=device)
+    if fmt == "3byte":
+        scale_bytes = scale.view(torch.uint8).view(*shape, 2)  # little endian: low, high
+        return torch.cat([scale_bytes, zero.unsqueeze(-1)], dim=-1).contiguous()
+    bias = -(zero.to(torch.float16)) * scale  # one FP16 rounding, the contract's bias rule
+    halves = torch.stack([scale, bias], dim=-1).contiguous()  # (..., 2) fp16: low = scale
+    return halves.view(torch.int32).view(shape)
+
+
+def make_layer(
+    fmt: MetaFormat,
+    gen: torch.Generator,
+    device: torch.device,
+    num_experts: int = NUM_EXPERTS,
+) -> LayerBanks:
+    ids = torch.randperm(num_experts, generator=gen, device=device)[:TOP_K].to(torch.int32)
+    weights = torch.rand(TOP_K, generator=gen, device=device) + 0.1
+    return LayerBanks(
+        w13=_random_words((num_experts, HIDDEN, W13_N // 8), gen, device),
+        s13=_random_meta(HIDDEN // GROUP, W13_N, num_experts, fmt, gen, device),
+        w2=_random_words((num_experts, INTERMEDIATE, HIDDEN // 8), gen, device),
+        s2=_random_meta(INTERMEDIATE // GROUP, HIDDEN, num_experts, fmt, gen, device),
+        route_ids=ids.view(1, TOP_K).contiguous(),
+        route_weights=(weights / weights.sum()).view(1, TOP_K).contiguous(),
+        seed=torch.randn(1, HIDDEN, generator=gen, device=device).to(torch.float16),
+    )
+
+
+def unpack_codes(words: torch.Tensor, k: int, n: int) -> torch.Tensor:
+    """(E', K, N/8) int32 prepared words -> (E', K, N) int32 codes 0..15, row-major (k, n)."""
+    e = words.shape[0]
+    tiled = words.reshape(e, n // 32, k // 8, 32, 1)  # (E', t, k8, c, 1) int32
+    shifts = torch.tensor(_SHIFT_OF_ROW, device=words.device, dtype=torch.int32)
+    rows = (tiled >> shifts) & 0xF  # (E', t, k8, c, j): sign bits masked off
+    return rows.permute(0, 2, 4, 1, 3).reshape(e, k, n)
+
+
+def decode_meta(meta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E', G, N) int32 or (E', G, N, 3) uint8 -> (scale, bias), each (E', G, N) fp16."""
+    if meta.dtype == torch.uint8:
+        scale = meta[..., :2].contiguous().view(torch.float16).squeeze(-1)
+        bias = -(meta[..., 2].to(torch.float16)) * scale  # rebuilt as the contract says
+        return scale, bias
+    halves = meta.contiguous().view(torch.float16)  # (E', G, 2N): scale, bias interleaved
+    return halves[..., 0::2], halves[..., 1::2]
+
+
+def dequantize(words: torch.Tensor, meta: torch.Tensor, k: int, n: int) -> torch.Tensor:
+    """Prepared words and metadata -> (E', K, N) fp16 weights, w = fp16(q * s + b) once.
+
+    q * s + b is exact in FP32: q * s has at most 15 significant bits, |b| = |fp16(z s)| lies
+    between |s| and 16 |s| (or is 0), so the sum spans at most ~17 bits above the lsb of s.
+    The single rounding is the final conversion to FP16, as the contract's FP16 FMA.
+    """
+    codes = unpack_codes(words, k, n).to(torch.float32)
+    scale, bias = decode_meta(meta)
+    s = scale.to(torch.float32).repeat_interleave(GROUP, dim=1)
+    b = bias.to(torch.float32).repeat_interleave(GROUP, dim=1)
+    return torch.addcmul(b, codes, s).to(torch.float16)
+
+
+def fp16_from_fp64(t: torch.Tensor) -> torch.Tensor:
+    """Round FP64 to FP16 once (nearest-even), via FP32 rounded to odd.
+
+    A plain .to(float16) of a float64 tensor may round twice (through float32) and land one
+    ulp off on a midpoint; rounding to odd in the 13 extra bits of FP32 makes the second
+    rounding exact.
+    """
+    f = t.to(torch.float32)
+    inexact = f.to(torch.float64) != t
+    toward_zero = torch.where(
+        f.abs().to(torch.float64) > t.abs(), torch.nextafter(f, torch.zeros_like(f)), f
+    )
+    bits = toward_zero.view(torch.int32)
+    odd = torch.where(inexact, bits | 1, bits).view(torch.float32)
+    return odd.to(torch.float16)
+
+
+@dataclass
+class RouteReference:
+    """FP64 oracle of one call, with the contract's FP16 rounding stages applied.
+
+    out (1, 2560) and intermediate (10, 160): FP64 tensors holding FP16-representable values.
+    """
+
+    out: torch.Tensor
+    intermediate: torch.Tensor
+
+
+def reference_route(
+    x: torch.Tensor,
+    layer: LayerBanks,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+) -> RouteReference:
+    """x (1, 2560) fp16, ids (1, 10) int32 (valid, in [0, E)), weights (1, 10) fp32."""
+    idx = ids.view(-1).to(torch.int64)
+    if bool(((idx < 0) | (idx >= layer.w13.shape[0])).any()):
+        raise ValueError("the benchmark reference takes valid ids only")
+    w13 = dequantize(layer.w13[idx], layer.s13[idx], HIDDEN, W13_N).to(torch.float64)
+    w2 = dequantize(layer.w2[idx], layer.s2[idx], INTERMEDIATE, HIDDEN).to(torch.float64)
+    x64 = x.to(torch.float64).view(1, 1, HIDDEN)
+    gate_up = fp16_from_fp64(torch.matmul(x64, w13)).to(torch.float64).view(TOP_K, W13_N)
+    gate, up = gate_up[:, 0::2], gate_up[:, 1::2]
+    silu = fp16_from_fp64(gate / (1.0 + torch.exp(-gate))).to(torch.float64)
+    h = fp16_from_fp64(silu * up).to(torch.float64)  # (10, 160)
+    y = fp16_from_fp64(torch.matmul(h.view(TOP_K, 1, INTERMEDIATE), w2)).to(torch.float64)
+    combined = (weights.to(torch.float64).view(TOP_K, 1, 1) * y).sum(dim=0)
+    return RouteReference(
+        out=fp16_from_fp64(combined).to(torch.float64).view(1, HIDDEN), intermediate=h
+    )
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    reason: str
+    out_max_abs_diff: float
+    out_max_abs_ref: float
+    intermediate_max_ulps: int | None
+    intermediate_equal_fraction: float | None
+
+
+def _ordered_fp16(t: torch.Tensor) -> torch.Tensor:
+    """FP16 bit patterns mapped to integers whose difference counts ulps across zero."""
+    bits = t.to(torch.float16).contiguous().view(torch.int16).to(torch.int64)
+    return torch.where(bits < 0, -(bits & 0x7FFF), bits)
+
+
+def check_route_output(
+    out: torch.Tensor,
+    ref: RouteReference,
+    intermediate: torch.Tensor | None = None,
+    min_equal_fraction: float = 0.9,
+) -> CheckResult:
+    """Contract section 4's random-input bounds.
+
+    out: max|diff| <= 2e-3 max|ref| + 2^-24 and ||diff||_2 <= 2e-3 ||ref||_2 + sqrt(2560) 2^-24;
+    intermediate (when given): within 2 FP16 ulps element-wise and equal on most elements.
+    """
+    got = out.to(torch.float64).view(1, HIDDEN)
+    want = ref.out.to(got.device)
+    diff = got - want
+    max_diff = float(diff.abs().max()) if bool(torch.isfinite(got).all()) else math.inf
+    max_ref = float(want.abs().max())
+    l2_diff = float(torch.linalg.vector_norm(diff)) if math.isfinite(max_diff) else math.inf
+    l2_ref = float(torch.linalg.vector_norm(want))
+    reasons = []
+    if not max_diff <= 2e-3 * max_ref + 2.0**-24:
+        reasons.append(f"out max|diff| {max_diff:.3g} > 2e-3 * max|ref| ({max_ref:.3g}) + 2^-24")
+    if not l2_diff <= 2e-3 * l2_ref + math.sqrt(HIDDEN) * 2.0**-24:
+        reasons.append(f"out ||diff|| {l2_diff:.3g} > 2e-3 * ||ref|| ({l2_ref:.3g}) + ...")
+    max_ulps = None
+    equal_fraction = None
+    if intermediate is not None:
+        want_h = ref.intermediate.to(intermediate.device)
+        ulps = (_ordered_fp16(intermediate) - _ordered_fp16(want_h)).abs()
+        max_ulps = int(ulps.max())
+        equal_fraction = float((ulps == 0).to(torch.float64).mean())
+        if max_ulps > 2:
+            reasons.append(f"intermediate off by {max_ulps} FP16 ulps (bound 2)")
+        if equal_fraction < min_equal_fraction:
+            reasons.append(f"intermediate equal on only {equal_fraction:.1%} of elements")
+    return CheckResult(
+        ok=not reasons,
+        reason="; ".join(reasons) or "within contract section 4 bounds",
+        out_max_abs_diff=max_diff,
+        out_max_abs_ref=max_ref,
+        intermediate_max_ulps=max_ulps,
+        intermediate_equal_fraction=equal_fraction,
+    )
+
+
+def floor_expected_sum(layer: LayerBanks, ids: torch.Tensor) -> int:
+    """Wrapping 32-bit sum of every int32 word of the routed experts' four tensors."""
+    idx = ids.view(-1).to(torch.int64)
+    total = 0
+    for bank in (layer.w13, layer.s13, layer.w2, layer.s2):
+        words = bank[idx].contiguous().view(TOP_K, -1).view(torch.int32)
+        total += int(words.to(torch.int64).sum())
+    return total & 0xFFFFFFFF

@@ -1,0 +1,350 @@
+"""The order of a `bench op` run: build banks, prove every contender right, then time.
+
+Nothing is timed before the op's output over every layer has met the FP64 reference's bounds;
+a wrong op raises CanaryError and no time is reported. After timing, the op's graph outputs
+must equal its eager outputs bit for bit (the contract's determinism), or the run fails too.
+The effects (graph capture, copy timing, device facts) are injectable so the order of checks
+is tested on a CPU with fake ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from qpnserve.benchop import report as rpt
+from qpnserve.benchop.banks import (
+    LayerBanks,
+    check_route_output,
+    floor_expected_sum,
+    make_layer,
+    reference_route,
+)
+from qpnserve.benchop.contenders import (
+    Contender,
+    Derive,
+    LayerState,
+    dense_fp16,
+    floor_contender,
+    op_contender,
+    prepare_dense,
+    torch_route,
+)
+from qpnserve.benchop.route_bytes import (
+    FLOOR_LOADS_PER_THREAD,
+    HIDDEN,
+    INTERMEDIATE,
+    NUM_EXPERTS,
+    TOP_K,
+    MetaFormat,
+    dense_fp16_bytes_per_call,
+    floor_sink_len,
+    route_bytes,
+)
+from qpnserve.errors import BenchError, CanaryError
+
+# Replays a recorded sequence of launches: record() -> per-replay times in milliseconds.
+Timer = Callable[[Callable[[], None], int, int], list[float]]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    fmt: MetaFormat = "4byte"
+    layers: int = 48
+    iters: int = 50
+    rounds: int = 3
+    warmup: int = 5
+    seed: int = 0
+    num_experts: int = NUM_EXPERTS  # tests use fewer on a CPU
+    floor_variants: tuple[tuple[int, bool], ...] = tuple(
+        (loads, pdl) for pdl in (False, True) for loads in FLOOR_LOADS_PER_THREAD
+    )
+
+
+@dataclass
+class BenchOps:
+    """The effects: kernels and measurements. Real ones come from `cuda_ops()`."""
+
+    op: Callable[..., None]
+    floor: Callable[..., None]
+    derive: Derive
+    timer: Timer
+    copy_gb_s: Callable[[], float]
+    facts: Callable[[], rpt.DeviceFacts]
+    pdl_supported: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def _states(
+    layers: Sequence[LayerBanks], device: torch.device, sink_len: int = 0
+) -> list[LayerState]:
+    states = []
+    for banks in layers:
+        sink = torch.zeros(max(sink_len, HIDDEN // 2), dtype=torch.int32, device=device)
+        out = torch.empty(1, HIDDEN, dtype=torch.float16, device=device).fill_(float("nan"))
+        if sink_len:
+            out = sink[: HIDDEN // 2].view(torch.float16).view(1, HIDDEN)  # feeds the derive
+        states.append(
+            LayerState(
+                banks=banks,
+                x=torch.empty(1, HIDDEN, dtype=torch.float16, device=device),
+                ids=torch.empty(1, TOP_K, dtype=torch.int32, device=device),
+                weights=torch.empty(1, TOP_K, dtype=torch.float32, device=device),
+                out=out,
+                intermediate=torch.empty(
+                    TOP_K, INTERMEDIATE, dtype=torch.float16, device=device
+                ).fill_(float("nan")),
+                sink=sink if sink_len else None,
+            )
+        )
+    return states
+
+
+def _chain(states: Sequence[LayerState], derive: Derive, contender: Contender | None) -> None:
+    """Run one decode step eagerly (the same launches the graph records)."""
+    _recorder(states, derive, contender)()
+
+
+def _recorder(
+    states: Sequence[LayerState], derive: Derive, contender: Contender | None
+) -> Callable[[], None]:
+    """One decode step: per layer, derive x/ids/weights from the previous output, then run."""
+    first_prev = torch.zeros_like(states[0].x)  # allocated outside the graph
+
+    def record() -> None:
+        for i, st in enumerate(states):
+            prev = states[i - 1].out if i else first_prev
+            b = st.banks
+            derive(st.x, st.ids, st.weights, prev, b.seed, b.route_ids, b.route_weights)
+            if contender is not None:
+                contender(st)
+
+    return record
+
+
+def verify_routes(
+    name: str, states: Sequence[LayerState], derive: Derive, contender: Contender, with_h: bool
+) -> str:
+    """Run the chain eagerly and check every layer against the FP64 reference."""
+    _chain(states, derive, contender)
+    worst = 0.0
+    for layer, st in enumerate(states):
+        ref = reference_route(st.x, st.banks, st.ids, st.weights)
+        result = check_route_output(st.out, ref, st.intermediate if with_h else None)
+        if not result.ok:
+            raise CanaryError(
+                f"{name}: layer {layer} output is wrong ({result.reason}); no time is reported",
+                hint="fix the operator until `pytest -m gpu tests/kernels` passes, then rerun",
+            )
+        worst = max(worst, result.out_max_abs_diff / max(result.out_max_abs_ref, 2.0**-24))
+    return f"all {len(states)} layers within contract bounds (worst max|diff|/max|ref| {worst:.2e})"
+
+
+def verify_floor(states: Sequence[LayerState], derive: Derive, contender: Contender) -> None:
+    for st in states:
+        assert st.sink is not None
+        st.sink.zero_()
+    _chain(states, derive, contender)
+    for layer, st in enumerate(states):
+        assert st.sink is not None
+        got = int(st.sink.to(torch.int64).sum()) & 0xFFFFFFFF
+        want = floor_expected_sum(st.banks, st.ids)
+        if got != want:
+            raise BenchError(
+                f"read floor: layer {layer} did not read the routed bytes exactly once "
+                f"(sum {got:#010x}, expected {want:#010x})"
+            )
+
+
+def run_bench(
+    cfg: BenchConfig,
+    ops: BenchOps,
+    device: torch.device,
+    log: Callable[[str], None] = lambda _m: None,
+) -> rpt.BenchOpReport:
+    if cfg.layers < 1 or cfg.iters < 1 or cfg.rounds < 1:
+        raise BenchError("layers, iters and rounds must be positive")
+    rb = route_bytes(cfg.fmt)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(cfg.seed)
+    total_gb = cfg.layers * cfg.num_experts * rb.per_route / 1e9
+    log(f"building {cfg.layers} layers of {cfg.fmt} banks ({total_gb:.1f} GB)")
+    layers = [make_layer(cfg.fmt, gen, device, cfg.num_experts) for _ in range(cfg.layers)]
+
+    # 1. Correctness before any timing: the op first, so a wrong op stops everything.
+    op_states = _states(layers, device)
+    op_run = op_contender(ops.op)
+    log("checking the op against the FP64 reference on every layer")
+    op_verified = verify_routes("op", op_states, ops.derive, op_run, with_h=True)
+    eager_out = [st.out.clone() for st in op_states]
+    eager_h = [st.intermediate.clone() for st in op_states]
+
+    variants = [(n, p) for n, p in cfg.floor_variants if ops.pdl_supported or not p]
+    sink_len = max(floor_sink_len(cfg.fmt, n) for n, _ in variants)
+    floor_states = _states(layers, device, sink_len)
+    floor_runs = {(n, p): floor_contender(ops.floor, n, p) for n, p in variants}
+    log("checking that each read-floor variant reads every routed byte once")
+    for run in floor_runs.values():
+        verify_floor(floor_states, ops.derive, run)
+
+    torch_states = _states(layers, device)
+    verified_torch = verify_routes("torch route", torch_states, ops.derive, torch_route, False)
+    dense_states = _states(layers, device)
+    for st in dense_states:
+        prepare_dense(st)
+    verified_dense = verify_routes("dense fp16", dense_states, ops.derive, dense_fp16, False)
+
+    # 2. Timing: every contender in its own graph of `layers` (derive, contender) pairs.
+    copy_gb_s = ops.copy_gb_s()
+    log(f"copy bandwidth {copy_gb_s:,.0f} GB/s; timing graphs")
+    recorders: dict[str, Callable[[], None]] = {
+        "derive": _recorder(op_states, ops.derive, None),
+        "op": _recorder(op_states, ops.derive, op_run),
+        "torch_route": _recorder(torch_states, ops.derive, torch_route),
+        "dense_fp16": _recorder(dense_states, ops.derive, dense_fp16),
+    }
+    for (n, p), run in floor_runs.items():
+        recorders[f"floor:{n}:{p}"] = _recorder(floor_states, ops.derive, run)
+    samples: dict[str, list[float]] = {name: [] for name in recorders}
+    errors: dict[str, str] = {}
+    for _round in range(cfg.rounds):
+        for name, record in recorders.items():
+            if name in errors:
+                continue
+            try:
+                replay_ms = ops.timer(record, cfg.iters, cfg.warmup)
+            except RuntimeError as exc:  # e.g. a PDL launch the graph capture rejects
+                if not name.startswith("floor:"):
+                    raise BenchError(f"timing {name} failed: {exc}") from exc
+                errors[name] = str(exc).splitlines()[0][:200]
+                continue
+            samples[name].extend(rpt.per_layer_us(replay_ms, cfg.layers))
+
+    # 3. The graph must have computed exactly what the eager chain did.
+    for layer, st in enumerate(op_states):
+        if not (
+            torch.equal(st.out, eager_out[layer]) and torch.equal(st.intermediate, eager_h[layer])
+        ):
+            raise CanaryError(
+                f"op: layer {layer} differs between CUDA-graph replay and eager; "
+                "no time is reported",
+                hint="the op must be deterministic and graph-safe (contract section 4)",
+            )
+
+    derive_us = rpt.spread(samples["derive"]).median_us
+    result = _results(
+        cfg,
+        rb.per_call,
+        copy_gb_s,
+        derive_us,
+        samples,
+        errors,
+        op_verified,
+        verified_torch,
+        verified_dense,
+    )
+    op_res, floor_res, torch_res, dense_res, floor_variants = result
+    return rpt.BenchOpReport(
+        format=cfg.fmt,
+        layers=cfg.layers,
+        iters=cfg.iters,
+        rounds=cfg.rounds,
+        seed=cfg.seed,
+        route_bytes=rpt.route_bytes_model(rb),
+        bank_bytes_total=cfg.layers * cfg.num_experts * rb.per_route,
+        copy_gb_s=copy_gb_s,
+        derive_us=derive_us,
+        op=op_res,
+        floor=floor_res,
+        floor_variants=floor_variants,
+        torch_route=torch_res,
+        dense_fp16=dense_res,
+        ratios=rpt.ratios(op_res, floor_res, torch_res, dense_res),
+        device=ops.facts(),
+        notes=list(ops.notes),
+    )
+
+
+def _results(
+    cfg: BenchConfig,
+    per_call: int,
+    copy_gb_s: float,
+    derive_us: float,
+    samples: dict[str, list[float]],
+    errors: dict[str, str],
+    op_verified: str,
+    verified_torch: str,
+    verified_dense: str,
+) -> tuple[
+    rpt.ContenderResult,
+    rpt.ContenderResult,
+    rpt.ContenderResult,
+    rpt.ContenderResult,
+    list[rpt.FloorVariant],
+]:
+    def result(name: str, what: str, key: str, nbytes: int, verified: str) -> rpt.ContenderResult:
+        return rpt.contender_result(
+            name, what, samples[key], derive_us, nbytes, per_call, copy_gb_s, verified
+        )
+
+    variants = []
+    best_key = None
+    best_us = float("inf")
+    for key in samples:
+        if not key.startswith("floor:"):
+            continue
+        _, loads, pdl = key.split(":")
+        if key in errors or not samples[key]:
+            variants.append(
+                rpt.FloorVariant(
+                    loads_per_thread=int(loads),
+                    pdl=pdl == "True",
+                    layer_median_us=None,
+                    net_us=None,
+                    error=errors.get(key, "no samples"),
+                )
+            )
+            continue
+        median = rpt.spread(samples[key]).median_us
+        variants.append(
+            rpt.FloorVariant(
+                loads_per_thread=int(loads),
+                pdl=pdl == "True",
+                layer_median_us=median,
+                net_us=median - derive_us,
+            )
+        )
+        if median < best_us:
+            best_key, best_us = key, median
+    if best_key is None:
+        raise BenchError("no read-floor variant could be timed: " + "; ".join(errors.values()))
+    _, loads, pdl = best_key.split(":")
+    floor_what = (
+        f"read_floor_m1, fastest variant: {loads} x 16 B loads per thread"
+        f"{', PDL' if pdl == 'True' else ''}"
+    )
+    op_res = result("op", "qpnserve::awq_moe_m1_out", "op", per_call, op_verified)
+    floor_res = result(
+        "floor",
+        floor_what,
+        best_key,
+        per_call,
+        "wrapping sum of every routed word matched, every variant, every layer",
+    )
+    torch_res = result(
+        "torch_route",
+        "plain PyTorch: gather, unpack, dequantize, bmm, SwiGLU, bmm, weighted sum",
+        "torch_route",
+        per_call,
+        verified_torch,
+    )
+    dense_res = result(
+        "dense_fp16",
+        "cuBLAS bmm over pre-dequantized FP16 weights of the ten experts",
+        "dense_fp16",
+        dense_fp16_bytes_per_call(),
+        verified_dense,
+    )
+    return op_res, floor_res, torch_res, dense_res, variants

@@ -1,0 +1,63 @@
+"""CLI: `qpnserve bench op`, the operator against its read floor on the local GPU.
+
+Exit codes: 0 timed; 2 bad option; 3 the extension cannot be built or loaded; 7 the op's
+output is wrong (then no time is reported); 1 anything else that stopped the benchmark.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+import typer
+
+from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
+from qpnserve.config import BENCH_OP_FORMAT, BENCH_OP_ITERS, BENCH_OP_LAYERS
+
+if TYPE_CHECKING:
+    from qpnserve.benchop.route_bytes import MetaFormat
+
+
+@bench_app.command("op")
+@handles_errors
+def bench_op(
+    fmt: str = typer.Option(
+        "4byte", "--format", envvar=BENCH_OP_FORMAT.name, help="Metadata format: 4byte or 3byte."
+    ),
+    layers: int = typer.Option(
+        48,
+        "--layers",
+        envvar=BENCH_OP_LAYERS.name,
+        help="Distinct layers of banks (48 x ~393 MB at 4byte: far above any L2).",
+    ),
+    iters: int = typer.Option(
+        50, "--iters", envvar=BENCH_OP_ITERS.name, help="Timed graph replays per round."
+    ),
+    rounds: int = typer.Option(3, "--rounds", help="Rounds over all contenders (drift check)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of banks, routes and inputs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Time the op per layer in a CUDA graph against the read floor, the copy bandwidth, a plain
+    PyTorch route and an FP16 cuBLAS baseline; refuse to time a wrong result."""
+    from qpnserve.errors import UsageError
+
+    if fmt not in ("4byte", "3byte"):
+        raise UsageError(f"--format must be 4byte or 3byte, got {fmt!r}")
+    for name, value in (("--layers", layers), ("--iters", iters), ("--rounds", rounds)):
+        if value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
+
+    import torch
+
+    from qpnserve.benchop.cuda import cuda_ops
+    from qpnserve.benchop.report import render_table
+    from qpnserve.benchop.runner import BenchConfig, run_bench
+    from qpnserve.kernels.build import build
+
+    device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    ops = cuda_ops(device, lambda: build(progress=message))
+    meta_format = cast("MetaFormat", fmt)
+    cfg = BenchConfig(fmt=meta_format, layers=layers, iters=iters, rounds=rounds, seed=seed)
+    report = run_bench(cfg, ops, device, log=message)
+    message(render_table(report))
+    if as_json:
+        emit_json(report)

@@ -1,0 +1,85 @@
+"""The order of checks in `bench op`, on a CPU with fake kernels (no timing is asserted)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from qpnserve.benchop.runner import BenchConfig, run_bench
+from qpnserve.errors import BenchError, CanaryError
+from tests.bench_op.conftest import ScriptedTimer, make_ops, python_floor, reference_op
+
+CPU = torch.device("cpu")
+
+
+def test_bench_reports_ratios_from_scripted_times(small_config: BenchConfig) -> None:
+    report = run_bench(replace(small_config, layers=2), make_ops(), CPU)
+    # Per layer (2 layers): derive 1 us, op 5 us, fastest floor 3 us (net 4 and 2).
+    assert report.derive_us == pytest.approx(1.0)
+    assert report.op.net_us == pytest.approx(4.0)
+    assert report.floor.net_us == pytest.approx(2.0)
+    assert report.ratios.op_to_floor == pytest.approx(2.0)
+    assert report.floor.what.startswith("read_floor_m1, fastest variant: 8 x 16 B")
+    assert report.route_bytes.per_call == 7_680_000
+    assert report.op.effective_gb_s == pytest.approx(7_680_000 / 4.0 / 1e3)
+    assert [v.loads_per_thread for v in report.floor_variants] == [2, 4, 8, 16]
+    assert report.op.verified.startswith("all 2 layers within contract bounds")
+
+
+def test_bench_refuses_to_time_op_with_wrong_output(small_config: BenchConfig) -> None:
+    def wrong_op(out, intermediate, *args) -> None:
+        reference_op(out, intermediate, *args)
+        out[0, 100] += 0.05 * float(out.abs().max()) + 0.01
+
+    timer = ScriptedTimer([0.001])
+    with pytest.raises(CanaryError, match="op: layer 0 output is wrong"):
+        run_bench(small_config, make_ops(op=wrong_op, timer=timer), CPU)
+    assert timer.calls == 0  # nothing was timed
+
+
+def test_bench_refuses_op_with_intermediate_three_ulps_off(small_config: BenchConfig) -> None:
+    def wrong_h(out, intermediate, *args) -> None:
+        reference_op(out, intermediate, *args)
+        bits = intermediate.view(torch.int16)
+        bits[3, 7] += 3
+
+    timer = ScriptedTimer([0.001])
+    with pytest.raises(CanaryError, match="intermediate off by 3"):
+        run_bench(small_config, make_ops(op=wrong_h, timer=timer), CPU)
+    assert timer.calls == 0
+
+
+def test_bench_refuses_op_whose_replay_differs_from_eager(small_config: BenchConfig) -> None:
+    calls = {"n": 0}
+
+    def drifting_op(out, intermediate, *args) -> None:
+        reference_op(out, intermediate, *args)
+        calls["n"] += 1
+        if calls["n"] > 1:  # right in the (one-layer) eager check, then not
+            out.view(torch.int16)[0, 0] += 1
+
+    with pytest.raises(CanaryError, match="differs between CUDA-graph replay and eager"):
+        run_bench(small_config, make_ops(op=drifting_op), CPU)
+
+
+def test_bench_rejects_floor_that_skips_a_route(small_config: BenchConfig) -> None:
+    def lazy_floor(sink, w13, s13, w2, s2, ids, loads, pdl) -> None:
+        python_floor(sink, w13, s13, w2, s2, ids[:, :9].contiguous(), loads, pdl)
+
+    with pytest.raises(BenchError, match="did not read the routed bytes exactly once"):
+        run_bench(small_config, make_ops(floor=lazy_floor), CPU)
+
+
+def test_bench_checks_3byte_banks_too() -> None:
+    cfg = BenchConfig(fmt="3byte", layers=1, iters=2, rounds=1, warmup=0, num_experts=12)
+    report = run_bench(cfg, make_ops(), CPU)
+    assert report.route_bytes.per_call == 7_296_000
+    assert report.torch_route.verified.startswith("all 1 layers within contract bounds")
+    assert report.dense_fp16.verified.startswith("all 1 layers within contract bounds")
+
+
+def test_bench_rejects_non_positive_layers() -> None:
+    with pytest.raises(BenchError):
+        run_bench(BenchConfig(layers=0, num_experts=12), make_ops(), CPU)
