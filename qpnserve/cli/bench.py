@@ -1,3 +1,162 @@
-"""CLI commands: bench (placeholder; filled by its issue)."""
+"""CLI: `qpnserve bench smoke`, `bench compare`, `bench ab` (the server benchmark).
+
+Tables go to stderr, JSON to stdout (--json) and/or a file (--out). A run that stopped early
+still writes its partial report before the error line and the exit code (5 server gone,
+7 canary failed). Heavy imports (httpx, pydantic models) stay inside the command bodies.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
+from qpnserve.config import BENCH_URL, MODEL, SERVED_MODEL, TP
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+_CONCURRENCY_HELP = "Comma-separated concurrency cells; each is a wave of C requests sent together."
+_PROMPT_TOKENS_HELP = "Generate a frozen prompt of N token ids (default 128)."
+_PROMPT_FILE_HELP = "Prompt from a file: token ids (JSON list or whitespace/commas) or text."
+
+
+def normalize_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _write_out(path: Path, data: object) -> None:
+    from qpnserve.errors import UsageError
+    from qpnserve.fsutil import atomic_write_text
+
+    text = data.model_dump_json(indent=2) if hasattr(data, "model_dump_json") else str(data)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text + "\n", mode=0o644)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@bench_app.command("smoke")
+@handles_errors
+def smoke(
+    url: str = typer.Option(DEFAULT_URL, "--url", envvar=BENCH_URL.name, help="Server base URL."),
+    model: str | None = typer.Option(
+        None, "--model", envvar=SERVED_MODEL.name, help="Served model name (default: the first)."
+    ),
+    concurrency: str = typer.Option("1,4,8", "--concurrency", help=_CONCURRENCY_HELP),
+    output_tokens: int = typer.Option(320, "--output-tokens", help="max_tokens, ignore_eos."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help=_PROMPT_TOKENS_HELP),
+    prompt_file: Path | None = typer.Option(None, "--prompt-file", help=_PROMPT_FILE_HELP),
+    warmup: int = typer.Option(1, "--warmup", help="Unscored warm-up waves per cell."),
+    rounds: int = typer.Option(1, "--rounds", help="Scored waves per cell (>=2: noise estimate)."),
+    request_timeout_s: float = typer.Option(600.0, "--request-timeout-s"),
+    label: str | None = typer.Option(None, "--label", help="A name stored in the report."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    out: Path | None = typer.Option(None, "--out", help="Also write the JSON report here."),
+) -> None:
+    """Stream completions from a running server; report TTFT, ITL and pure decode tok/s."""
+    from qpnserve.bench.prompt import load_prompt
+    from qpnserve.bench.render import smoke_table
+    from qpnserve.bench.smoke import SmokeOptions, parse_concurrency, run_smoke
+
+    prompt, prompt_info = load_prompt(prompt_tokens, prompt_file)
+    opts = SmokeOptions(
+        url=normalize_url(url),
+        model=model,
+        prompt=prompt,
+        prompt_info=prompt_info,
+        concurrency=parse_concurrency(concurrency),
+        output_tokens=output_tokens,
+        warmup_waves=warmup,
+        rounds=rounds,
+        request_timeout_s=request_timeout_s,
+        label=label,
+    )
+    outcome = run_smoke(opts, progress=message)
+    message(smoke_table(outcome.report))
+    if out is not None:
+        _write_out(out, outcome.report)
+    if as_json:
+        emit_json(outcome.report)
+    if outcome.failure is not None:
+        raise outcome.failure
+
+
+@bench_app.command("compare")
+@handles_errors
+def compare(
+    a: Path = typer.Argument(..., help="Baseline report (e.g. route off)."),
+    b: Path = typer.Argument(..., help="Candidate report (e.g. route on)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    out: Path | None = typer.Option(None, "--out", help="Also write the JSON comparison here."),
+) -> None:
+    """Per-cell deltas in percent of two `bench smoke` reports (B relative to A)."""
+    from qpnserve.bench.compare import compare as compare_reports
+    from qpnserve.bench.compare import load_report
+    from qpnserve.bench.render import compare_table
+
+    result = compare_reports(load_report(a), load_report(b), str(a), str(b))
+    message(compare_table(result))
+    if out is not None:
+        _write_out(out, result)
+    if as_json:
+        emit_json(result)
+
+
+@bench_app.command("ab")
+@handles_errors
+def ab(
+    model: Path = typer.Option(..., "--model", envvar=MODEL.name, help="Checkpoint directory."),
+    tp: int = typer.Option(4, "--tp", envvar=TP.name),
+    port: int = typer.Option(8000, "--port"),
+    served_model_name: str | None = typer.Option(None, "--served-model-name"),
+    concurrency: str = typer.Option("1,4,8", "--concurrency", help=_CONCURRENCY_HELP),
+    output_tokens: int = typer.Option(320, "--output-tokens"),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help=_PROMPT_TOKENS_HELP),
+    prompt_file: Path | None = typer.Option(None, "--prompt-file", help=_PROMPT_FILE_HELP),
+    warmup: int = typer.Option(1, "--warmup"),
+    rounds: int = typer.Option(1, "--rounds"),
+    request_timeout_s: float = typer.Option(600.0, "--request-timeout-s"),
+    up_timeout_s: float = typer.Option(1800.0, "--up-timeout-s", help="Per server start."),
+    out_dir: Path | None = typer.Option(
+        None, "--out-dir", help="Where the two reports and the comparison go (default: state dir)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    extra_args: list[str] | None = typer.Argument(None, help="Extra server args after --."),
+) -> None:
+    """Route off, smoke; route on, smoke; compare. Leaves the server as it found it."""
+    from qpnserve.bench.ab import AbOptions, default_out_dir, run_ab
+    from qpnserve.bench.prompt import load_prompt
+    from qpnserve.bench.render import compare_table
+    from qpnserve.bench.smoke import SmokeOptions, parse_concurrency
+    from qpnserve.lifecycle import UpOptions
+
+    prompt, prompt_info = load_prompt(prompt_tokens, prompt_file)
+    smoke_opts = SmokeOptions(
+        url="",  # filled per arm from the started server
+        model=None,
+        prompt=prompt,
+        prompt_info=prompt_info,
+        concurrency=parse_concurrency(concurrency),
+        output_tokens=output_tokens,
+        warmup_waves=warmup,
+        rounds=rounds,
+        request_timeout_s=request_timeout_s,
+    )
+    up_opts = UpOptions(
+        model=model,
+        tp=tp,
+        port=port,
+        served_model_name=served_model_name,
+        detach=True,
+        timeout_s=up_timeout_s,
+        extra_args=list(extra_args or []),
+    )
+    opts = AbOptions(up=up_opts, smoke=smoke_opts, out_dir=out_dir or default_out_dir())
+    result = run_ab(opts, progress=message)
+    message(compare_table(result.comparison))
+    message(f"reports: {result.out_dir}")
+    if as_json:
+        emit_json(result.comparison)

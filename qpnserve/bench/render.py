@@ -1,0 +1,111 @@
+"""Human tables for stderr. Pure: reports in, text out."""
+
+from __future__ import annotations
+
+from qpnserve.bench.compare import CompareReport
+from qpnserve.bench.models import BenchReport
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pair(a: float | None, b: float | None) -> str:
+    return f"{_num(a)}/{_num(b)}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in [header, *rows]
+    ]
+    return [lines[0], "  ".join("-" * w for w in widths), *lines[1:]]
+
+
+def smoke_table(report: BenchReport) -> str:
+    s = report.settings
+    prompt = s.prompt
+    prompt_text = f"{prompt.num_tokens} token ids" if prompt.num_tokens else "text"
+    lines = [
+        f"server  {report.server.url}  model {report.server.model}  "
+        f"version {report.server.version or 'unknown'}  "
+        f"prefix caching {report.server.prefix_caching or 'not reported'}",
+        f"prompt  {prompt_text} ({prompt.source}, sha256 {prompt.sha256[:12]})  "
+        f"output {s.output_tokens} tokens  greedy, ignore_eos  "
+        f"warm-up {s.warmup_waves} wave(s)/cell  scored {s.rounds} wave(s)/cell",
+        "",
+    ]
+    header = [
+        "cell", "reqs", "failed", "TTFT p50/p90 ms", "ITL p50/p90 ms",
+        "tok/s/req", "pure tok/s", "window s", "out tok/s",
+    ]  # fmt: skip
+    rows = [
+        [
+            f"C{c.concurrency}",
+            str(c.requests),
+            str(c.failed),
+            _pair(c.median_ttft_ms, c.p90_ttft_ms),
+            _pair(c.median_itl_ms, c.p90_itl_ms),
+            _num(c.mean_decode_tok_s_per_request, 2),
+            _num(c.pure_decode_tok_s, 2),
+            _num(c.window_s, 2),
+            _num(c.output_tok_s, 2),
+        ]
+        for c in report.cells
+    ]
+    lines += _table(header, rows)
+    lines.append("")
+    lines.append(
+        "pure tok/s = tokens inside the window where every request of the cell is decoding "
+        "(after the last first token, up to the first finish) / window length"
+    )
+    verdict = "passed" if report.canary.passed else "FAILED"
+    lines.append(f"canary {verdict} ({report.canary.checked_streams} streams checked)")
+    lines += [f"  {failure}" for failure in report.canary.failures]
+    if not report.complete:
+        lines.append(f"PARTIAL REPORT: {report.error}")
+    return "\n".join(lines)
+
+
+def _delta(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def compare_table(result: CompareReport) -> str:
+    a, b = result.a, result.b
+    lines = [
+        f"A  {a.path}  {a.label or ''}  {a.started_at}  server {a.server_version or 'unknown'}",
+        f"B  {b.path}  {b.label or ''}  {b.started_at}  server {b.server_version or 'unknown'}",
+        "",
+    ]
+    header = ["cell", "metric", "A", "B", "delta", "better"]
+    rows = []
+    for cell in result.cells:
+        for m in cell.metrics:
+            rows.append(
+                [
+                    f"C{cell.concurrency}",
+                    m.metric,
+                    _num(m.a, 2),
+                    _num(m.b, 2),
+                    _delta(m.delta_pct),
+                    m.better,
+                ]
+            )
+        if cell.noise_pct is not None:
+            verdict = "within" if cell.pure_delta_within_noise else "outside"
+            rows.append(
+                [
+                    f"C{cell.concurrency}",
+                    "wave spread (noise)",
+                    "",
+                    "",
+                    f"±{cell.noise_pct:.1f}%",
+                    verdict,
+                ]
+            )
+    lines += _table(header, rows)
+    lines.append("")
+    lines += [f"warning: {m}" for m in result.mismatches]
+    lines.append(result.noise_caveat)
+    return "\n".join(lines)
