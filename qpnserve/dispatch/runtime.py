@@ -35,7 +35,7 @@ class Activation:
 
     host_kind: str  # "patched" or "native"
     host_version: str
-    mode: str  # "patched" (wrapped) or "observe" (native host, report only)
+    mode: str  # "patched" (wrapped), "observe" (native host, report only), "none"
     newly_applied: bool  # False when this process had already applied it (re-entrant call)
     build_key: str | None
     validated_as: str | None  # "<dist> <version>" of the matching validated build
@@ -100,7 +100,13 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
     report_dir = report_dir_from_env()
 
     if host.kind == "native":
-        cls = import_host_class(target, host.package_dir)
+        # Observation must never block the host's own route: if the class cannot be found,
+        # say so and leave the host alone (no reports then; `qpnserve up` flags that).
+        try:
+            cls = import_host_class(target, host.package_dir)
+        except (DispatchError, ImportError) as exc:
+            logger.warning("qpnserve AWQ M1: cannot observe the native host's route: %s", exc)
+            return Activation("native", host.version, "none", False, None, None)
         recorder = RouteRecorder(
             route_flag="1",
             host_kind="native",

@@ -158,3 +158,12 @@ def test_native_host_is_observed_not_patched(
     assert report.host_kind == "native" and report.patch_id is None and report.build_key is None
     assert [d.admitted for d in report.layers] == [True, False]
     assert "sm70_awq_qwen38_qpn_m1 is False" in report.layers[1].reason
+
+
+def test_native_host_whose_class_moved_is_left_alone(
+    native_host: FakeHost, report_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    native_host.edit_source("class AWQSM70MoEMethod:", "class RenamedMethod:")
+    activation = runtime.activate()
+    assert activation.mode == "none" and activation.host_kind == "native"
+    assert not report_dir.exists()
