@@ -228,8 +228,8 @@ async def _stream(send: Send, request: _Request, plan: _Plan, usage_mode: str) -
     last = len(plan.texts) - 1
     for j, text in enumerate(plan.texts):
         delay_s = request.first_token_at_s + j * request.interval_s - loop.time()
-        if delay_s > 0:
-            await asyncio.sleep(delay_s)
+        # sleep(0) when due already: concurrent streams interleave like a batching server's
+        await asyncio.sleep(max(delay_s, 0.0))
         finish = plan.finish_reason if (j == last and plan.then == "end") else None
         usage = _usage(request, j + 1) if usage_mode == "every" else None
         await _send_event(send, _chunk(request, [_choice(text, finish)], usage))
