@@ -156,3 +156,15 @@ def match_validated_build(
         f"from every validated build ({validated}); refusing to patch it",
         hint="use a validated host build, or set the route flag to 0",
     )
+
+
+def verify_installed(
+    package_dir: Path, version: str, manifest: PatchManifest | None = None
+) -> ValidatedBuild:
+    """The drift check the plugin runs, for a preflight: reads files only, never imports vllm.
+
+    Returns the validated build the installed source matches; raises DispatchError naming the
+    drifted method and the installed version otherwise.
+    """
+    manifest = manifest or load_manifest()
+    return match_validated_build(manifest, version, installed_fingerprints(manifest, package_dir))

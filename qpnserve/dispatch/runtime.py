@@ -18,9 +18,8 @@ from qpnserve.config import ROUTE_FLAG
 from qpnserve.dispatch.manifest import (
     PatchManifest,
     Target,
-    installed_fingerprints,
     load_manifest,
-    match_validated_build,
+    verify_installed,
 )
 from qpnserve.dispatch.recorder import RouteRecorder, report_dir_from_env
 from qpnserve.dispatch.wrap import Operator, applied_mode, install_observer, install_patched
@@ -118,8 +117,7 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
         newly = install_observer(cls, recorder=recorder)
         return Activation("native", host.version, "observe", newly, None, None)
 
-    installed = installed_fingerprints(manifest, host.package_dir)
-    build = match_validated_build(manifest, host.version, installed)
+    build = verify_installed(host.package_dir, host.version, manifest)
     cls = import_host_class(target, host.package_dir)
     if applied_mode(cls) is not None:  # a second register() in this process: nothing to do
         return Activation("patched", host.version, "patched", False, None, None)

@@ -94,3 +94,15 @@ def test_missing_hook_method_refuses(tmp_path, monkeypatch) -> None:
     installed = installed_fingerprints(manifest, host.package_dir)
     with pytest.raises(DispatchError, match="_apply_legacy_single_token_compact is missing"):
         match_validated_build(manifest, "1.3.0", installed)
+
+
+def test_verify_installed_reads_files_without_importing_the_host(fake_host: FakeHost) -> None:
+    import sys
+
+    manifest = manifest_validating(fake_host)
+    from qpnserve.dispatch.manifest import verify_installed
+
+    assert verify_installed(fake_host.package_dir, "1.3.0", manifest).version == "1.3.0"
+    with pytest.raises(DispatchError):
+        verify_installed(fake_host.package_dir, "1.3.0")  # the shipped manifest: drift
+    assert "vllm" not in sys.modules
