@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -40,13 +41,18 @@ def machine() -> str:
     )
 
 
-def time_runs(cmd: list[str], runs: int) -> list[float]:
-    walls = []
+def time_runs(cmd: list[str], runs: int) -> tuple[list[float], list[float]]:
+    """(wall seconds, CPU seconds user+sys) per run. CPU time is reported too because this
+    machine may be shared: wall time then includes waiting for a core, CPU time does not."""
+    walls, cpus = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         walls.append(time.perf_counter() - start)
-    return walls
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return walls, cpus
 
 
 def main() -> int:
@@ -102,11 +108,12 @@ def main() -> int:
         print(f"machine: {machine()}")
         print(f"runs per command: {args.runs} (fresh process each)")
         for name, cmd in cases.items():
-            walls = time_runs(cmd, args.runs)
+            walls, cpus = time_runs(cmd, args.runs)
             print(
-                f"{name:<48} min {min(walls):.3f} s  median {statistics.median(walls):.3f} s"
-                f"  max {max(walls):.3f} s"
+                f"{name:<48} wall min {min(walls):.3f} s  median {statistics.median(walls):.3f} s"
+                f"  max {max(walls):.3f} s | cpu median {statistics.median(cpus):.3f} s"
             )
+        print(f"load avg after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

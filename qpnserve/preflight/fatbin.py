@@ -20,7 +20,6 @@ from pathlib import Path
 FATBIN_MAGIC = 0xBA55ED50
 _KIND_PTX = 1
 _KIND_CUBIN = 2
-_ALIGN_SCAN_BYTES = 64  # containers are padded to small alignments; look a little ahead
 
 
 def _section(mapped: mmap.mmap, name: bytes) -> tuple[int, int] | None:
@@ -52,10 +51,9 @@ def archs_in_fatbin(data: mmap.mmap | bytes, offset: int, size: int) -> list[str
     while pos + 16 <= end:
         magic, _version, header_size, payload = struct.unpack_from("<IHHQ", data, pos)
         if magic != FATBIN_MAGIC:
-            # Padding between containers: resync on the next magic close by.
-            nxt = data.find(
-                struct.pack("<I", FATBIN_MAGIC), pos + 1, min(end, pos + _ALIGN_SCAN_BYTES)
-            )
+            # Padding between containers: resync on the next container header. Searching from
+            # the end of the previous container, the first magic found is that header.
+            nxt = data.find(struct.pack("<I", FATBIN_MAGIC), pos + 1, end)
             if nxt < 0:
                 break
             pos = nxt
