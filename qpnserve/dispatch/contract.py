@@ -68,7 +68,32 @@ def checkpoint_group_size(layer: Any, method: Any) -> Any:
     return getattr(layer, "sm70_awq_checkpoint_group_size", getattr(method, "group_size", None))
 
 
-def init_contract_failures(layer: Any, method: Any, operator_loaded: bool) -> list[str]:
+def arch_failure(device: Any, operator_archs: tuple[str, ...] | None) -> str | None:
+    """Why the loaded extension cannot run on the banks' GPU, or None.
+
+    A cubin built for sm_XY runs on the same major with minor >= Y (no PTX is shipped). Not
+    checked (None) for CPU tensors or when the build's arch list is unknown. Called after the
+    host put its banks on the GPU, so asking the device's capability initialises nothing new.
+    """
+    if operator_archs is None or getattr(device, "type", "cpu") != "cuda":
+        return None
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    for arch in operator_archs:
+        built_major, built_minor = (int(p) for p in arch.split("."))
+        if built_major == major and built_minor <= minor:
+            return None
+    built = ", ".join(f"sm_{a.replace('.', '')}" for a in operator_archs) or "CPU only"
+    return f"the loaded extension runs on this GPU (built for {built}, GPU is sm_{major}{minor})"
+
+
+def init_contract_failures(
+    layer: Any,
+    method: Any,
+    operator_loaded: bool,
+    operator_archs: tuple[str, ...] | None = None,
+) -> list[str]:
     """Every failed requirement of the init contract for one prepared layer (empty: admitted)."""
     import torch
 
@@ -118,6 +143,10 @@ def init_contract_failures(layer: Any, method: Any, operator_loaded: bool) -> li
         failures.append(f"the four banks are on one device (got {sorted(map(str, devices))})")
     if not operator_loaded:
         failures.append("the qpnserve operator is loaded")
+    elif isinstance(banks["w13_tm_weight"], torch.Tensor):
+        problem = arch_failure(banks["w13_tm_weight"].device, operator_archs)
+        if problem:
+            failures.append(problem)
     return failures
 
 

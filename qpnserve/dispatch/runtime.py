@@ -40,15 +40,16 @@ class Activation:
     validated_as: str | None  # "<dist> <version>" of the matching validated build
 
 
-def load_operator() -> tuple[Operator, str]:
+def load_operator() -> tuple[Operator, str, tuple[str, ...]]:
     """Load the prebuilt extension (BuildError "... run `qpnserve build`" when missing or
-    stale; never compiles) and return its op and build key."""
+    stale; never compiles) and return its op, build key and CUDA archs (() if CPU-only)."""
     from qpnserve.kernels.build import load
 
     result = load()
     import torch
 
-    return torch.ops.qpnserve.awq_moe_m1_out, str(result.build_key)
+    archs = tuple(result.arch_list) if result.with_cuda else ()
+    return torch.ops.qpnserve.awq_moe_m1_out, str(result.build_key), archs
 
 
 def import_host_class(target: Target, package_dir: Path) -> type:
@@ -122,7 +123,7 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
     if applied_mode(cls) is not None:  # a second register() in this process: nothing to do
         return Activation("patched", host.version, "patched", False, None, None)
     check_signatures(cls, target)
-    op, build_key = load_operator()
+    op, build_key, op_archs = load_operator()
     recorder = RouteRecorder(
         route_flag="1",
         host_kind="patched",
@@ -131,7 +132,7 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
         build_key=build_key,
         report_dir=report_dir,
     )
-    install_patched(cls, op=op, recorder=recorder, patch_id=manifest.id)
+    install_patched(cls, op=op, recorder=recorder, patch_id=manifest.id, op_archs=op_archs)
     validated_as = f"{build.distribution} {build.version}"
     logger.info(
         "qpnserve AWQ M1 dispatch applied to %s.%s (%s %s, validated as %s; extension %s)",

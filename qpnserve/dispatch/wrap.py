@@ -50,8 +50,18 @@ def applied_mode(cls: type) -> str | None:
     return None if marker is None else str(marker["mode"])
 
 
-def install_patched(cls: type, *, op: Operator, recorder: RouteRecorder, patch_id: str) -> bool:
-    """Wrap the two methods; False (and nothing done) when the class is already patched."""
+def install_patched(
+    cls: type,
+    *,
+    op: Operator,
+    recorder: RouteRecorder,
+    patch_id: str,
+    op_archs: tuple[str, ...] | None = None,
+) -> bool:
+    """Wrap the two methods; False (and nothing done) when the class is already patched.
+
+    ``op_archs``: the loaded build's CUDA archs (() for a CPU-only build; None: not checked).
+    """
     if applied_mode(cls) is not None:
         return False
     original_init = getattr(cls, INIT)
@@ -60,7 +70,9 @@ def install_patched(cls: type, *, op: Operator, recorder: RouteRecorder, patch_i
     @functools.wraps(original_init)
     def process_weights_after_loading(self: Any, layer: Any) -> Any:
         result = original_init(self, layer)
-        failures = init_contract_failures(layer, self, operator_loaded=op is not None)
+        failures = init_contract_failures(
+            layer, self, operator_loaded=op is not None, operator_archs=op_archs
+        )
         name = layer_name(layer)
         if failures:
             setattr(layer, ADMITTED_ATTR, False)

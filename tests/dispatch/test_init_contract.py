@@ -160,3 +160,32 @@ def test_valid_layer_is_admitted_and_reported(
     assert report.patch_id == "awq_m1_dispatch" and report.build_key == "test-build-key"
     assert report.route_flag == "1" and report.num_admitted == 2
     assert (report_dir / "route-rank2.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("archs", "capability", "ok"),
+    [
+        (("7.0",), (7, 0), True),
+        (("7.0",), (7, 5), True),  # same major, newer minor runs an sm_70 cubin
+        (("9.0",), (7, 0), False),  # an H200 build on a V100
+        (("7.5",), (7, 0), False),
+        ((), (7, 0), False),  # a CPU-only build on a GPU server
+    ],
+)
+def test_extension_built_for_another_gpu_fails_the_contract(
+    archs: tuple[str, ...], capability: tuple[int, int], ok: bool, monkeypatch
+) -> None:
+    from qpnserve.dispatch.contract import arch_failure
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    problem = arch_failure(torch.device("cuda", 0), archs)
+    assert (problem is None) == ok
+    if not ok:
+        assert problem is not None and f"sm_{capability[0]}{capability[1]}" in problem
+
+
+def test_arch_is_not_checked_for_cpu_banks_or_unknown_builds() -> None:
+    from qpnserve.dispatch.contract import arch_failure
+
+    assert arch_failure(torch.device("cpu"), ("9.0",)) is None
+    assert arch_failure(torch.device("cuda", 0), None) is None
