@@ -246,6 +246,6 @@ def floor_expected_sum(layer: LayerBanks, ids: torch.Tensor) -> int:
     idx = ids.view(-1).to(torch.int64)
     total = 0
     for bank in (layer.w13, layer.s13, layer.w2, layer.s2):
-        words = bank[idx].contiguous().view(TOP_K, -1).view(torch.int32)
+        words = bank[idx].contiguous().view(len(idx), -1).view(torch.int32)
         total += int(words.to(torch.int64).sum())
     return total & 0xFFFFFFFF
