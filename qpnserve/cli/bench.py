@@ -12,7 +12,17 @@ from pathlib import Path
 import typer
 
 from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
-from qpnserve.config import BENCH_URL, MODEL, SERVED_MODEL, TP
+from qpnserve.config import (
+    BENCH_URL,
+    HOST,
+    MODEL,
+    PORT,
+    SERVED_MODEL,
+    SERVER_MODULE,
+    STOP_TIMEOUT,
+    TP,
+    UP_TIMEOUT,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -105,12 +115,16 @@ def compare(
         emit_json(result)
 
 
-@bench_app.command("ab")
+@bench_app.command("ab", context_settings={"allow_interspersed_args": False})
 @handles_errors
 def ab(
+    extra_args: list[str] | None = typer.Argument(
+        None, metavar="[-- VLLM_ARGS...]", help="Extra server args for both arms."
+    ),
     model: Path = typer.Option(..., "--model", envvar=MODEL.name, help="Checkpoint directory."),
     tp: int = typer.Option(4, "--tp", envvar=TP.name),
-    port: int = typer.Option(8000, "--port"),
+    host: str = typer.Option("127.0.0.1", "--host", envvar=HOST.name),
+    port: int = typer.Option(8000, "--port", envvar=PORT.name),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
     concurrency: str = typer.Option("1,4,8", "--concurrency", help=_CONCURRENCY_HELP),
     output_tokens: int = typer.Option(320, "--output-tokens"),
@@ -119,12 +133,22 @@ def ab(
     warmup: int = typer.Option(1, "--warmup"),
     rounds: int = typer.Option(1, "--rounds"),
     request_timeout_s: float = typer.Option(600.0, "--request-timeout-s"),
-    up_timeout_s: float = typer.Option(1800.0, "--up-timeout-s", help="Per server start."),
+    up_timeout_s: float = typer.Option(
+        1800.0, "--up-timeout-s", envvar=UP_TIMEOUT.name, help="Readiness deadline per start."
+    ),
+    stop_timeout_s: float = typer.Option(
+        60.0, "--stop-timeout-s", envvar=STOP_TIMEOUT.name, help="Grace before SIGKILL."
+    ),
+    server_module: str | None = typer.Option(
+        None,
+        "--server-module",
+        envvar=SERVER_MODULE.name,
+        help="Python module run as the server (default: the host's; tests use a stand-in).",
+    ),
     out_dir: Path | None = typer.Option(
         None, "--out-dir", help="Where the two reports and the comparison go (default: state dir)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
-    extra_args: list[str] | None = typer.Argument(None, help="Extra server args after --."),
 ) -> None:
     """Route off, smoke; route on, smoke; compare. Leaves the server as it found it."""
     from qpnserve.bench.ab import AbOptions, default_out_dir, run_ab
@@ -148,12 +172,16 @@ def ab(
     up_opts = UpOptions(
         model=model,
         tp=tp,
+        host=host,
         port=port,
         served_model_name=served_model_name,
         detach=True,
         timeout_s=up_timeout_s,
+        stop_timeout_s=stop_timeout_s,
         extra_args=list(extra_args or []),
     )
+    if server_module:
+        up_opts.server_module = server_module
     opts = AbOptions(up=up_opts, smoke=smoke_opts, out_dir=out_dir or default_out_dir())
     result = run_ab(opts, progress=message)
     message(compare_table(result.comparison))

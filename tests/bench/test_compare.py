@@ -1,0 +1,104 @@
+"""`bench compare`: deltas in percent, mismatch warnings, the noise estimate, bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from qpnserve.bench.compare import compare, delta_pct
+from qpnserve.bench.models import BenchReport, CanaryResult, ClientInfo, ServerInfo, Settings
+from qpnserve.bench.prompt import load_prompt
+from qpnserve.bench.summarize import summarize_cell
+from qpnserve.cli import app
+from qpnserve.errors import ExitCode
+from tests.bench.test_summarize import staggered_wave
+
+runner = CliRunner()
+
+
+def report(interval_s: float, waves: int = 1, prompt_tokens: int = 16) -> BenchReport:
+    _, prompt_info = load_prompt(prompt_tokens, None)
+    cells = [
+        summarize_cell(c, [staggered_wave(c, 0.5, 0.0625, interval_s, 9) for _ in range(waves)])
+        for c in (1, 4)
+    ]
+    return BenchReport(
+        started_at="2026-01-01T00:00:00+00:00",
+        qpnserve_version="0",
+        server=ServerInfo(url="http://127.0.0.1:8000", model="m"),
+        client=ClientInfo(hostname="h", platform="p", python="3", cpu_count=2),
+        settings=Settings(
+            concurrency=[1, 4],
+            output_tokens=9,
+            warmup_waves=1,
+            rounds=waves,
+            request_timeout_s=60,
+            prompt=prompt_info,
+        ),
+        cells=cells,
+        canary=CanaryResult(passed=True, checked_streams=10),
+        complete=True,
+    )
+
+
+def test_delta_pct_is_relative_to_a() -> None:
+    assert delta_pct(50.0, 59.0) == 18.0
+    assert delta_pct(None, 1.0) is None and delta_pct(0.0, 1.0) is None
+
+
+def test_compare_reports_per_cell_deltas() -> None:
+    # ITL 0.25 s -> 0.125 s: pure decode doubles (+100 %), median ITL halves (-50 %).
+    result = compare(report(0.25), report(0.125))
+    assert result.comparable and result.mismatches == []
+    assert [c.concurrency for c in result.cells] == [1, 4]
+    for cell in result.cells:
+        by_name = {m.metric: m for m in cell.metrics}
+        assert by_name["pure_decode_tok_s"].delta_pct == 100.0
+        assert by_name["median_itl_ms"].delta_pct == -50.0
+        assert cell.noise_pct is None  # one wave per cell: no noise estimate
+    assert "noise" in result.noise_caveat
+
+
+def test_compare_flags_different_prompts_and_failed_canary() -> None:
+    b = report(0.25, prompt_tokens=17)
+    b.canary.passed = False
+    result = compare(report(0.25), b)
+    assert not result.comparable
+    assert any("prompts differ" in m for m in result.mismatches)
+    assert any("B failed the correctness canary" in m for m in result.mismatches)
+
+
+def test_compare_marks_delta_within_wave_spread_as_noise() -> None:
+    a = report(0.25, waves=2)
+    b = report(0.25, waves=2)
+    # Make B's second C1 wave 10 % faster in its window: spread 10 %/mean, delta ~5 %.
+    window = b.cells[0].windows[1]
+    assert window is not None
+    window.tokens *= 1.1
+    b.cells[0] = b.cells[0].model_copy(
+        update={"pure_decode_tok_s": (8 + 8 * 1.1) / (2 * window.length_s)}
+    )
+    cell = compare(a, b).cells[0]
+    assert cell.noise_pct is not None and 9.0 < cell.noise_pct < 10.0
+    assert cell.pure_delta_within_noise is True
+
+
+def test_cli_compare_prints_table_on_stderr_and_json_on_stdout(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(report(0.25).model_dump_json())
+    b.write_text(report(0.125).model_dump_json())
+    result = runner.invoke(app, ["bench", "compare", str(a), str(b), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "pure_decode_tok_s" in result.stderr and "+100.0%" in result.stderr
+    assert json.loads(result.stdout)["kind"] == "qpnserve.bench.compare"
+
+
+def test_cli_compare_rejects_a_file_that_is_not_a_report(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    result = runner.invoke(app, ["bench", "compare", str(bad), str(bad)])
+    assert result.exit_code == int(ExitCode.USAGE)
+    assert result.stderr.startswith(f"error: {bad} is not a qpnserve bench report")
+    assert "Traceback" not in result.output
