@@ -544,11 +544,12 @@ def render(p: Projection) -> str:
                 for kind, v in sorted(k.per_32_weights.items(), key=lambda kv: -kv[1])
             )
             lines.append(f"  {k.label}: {body}")
-    op_us = sum(k.projected_us for k in p.kernels if not k.label.startswith("read_floor"))
+    op = [k for k in p.kernels if not k.label.startswith("read_floor")]
+    op_us = sum(k.projected_us for k in op)
+    ideal_us = sum(k.memory_us for k in op)
     lines.append(
-        f"PROJECTION: op kernels {op_us:.2f} us per layer on a V100 before launch "
-        f"overheads (ideal {10 * 768_000 / (V100_READ_GB_S * 1e3):.2f} us at "
-        f"{V100_READ_GB_S:.0f} GB/s for the 4-byte bytes)"
+        f"PROJECTION: op kernels {op_us:.2f} us per layer on a V100 before launch overheads "
+        f"(ideal {ideal_us:.2f} us: the {p.fmt} bytes at {V100_READ_GB_S:.0f} GB/s)"
     )
     lines.extend(f"note: {n}" for n in p.notes)
     return "\n".join(lines)
