@@ -96,11 +96,24 @@ def make_layer(
     )
 
 
+_SHIFTS_BY_DEVICE: dict[torch.device, torch.Tensor] = {}
+
+
+def _row_shifts(device: torch.device) -> torch.Tensor:
+    """(8,) int32 shifts, made once per device: a host-to-device copy inside a CUDA-graph
+    capture (the PyTorch baseline is captured) would be illegal."""
+    shifts = _SHIFTS_BY_DEVICE.get(device)
+    if shifts is None:
+        shifts = torch.tensor(_SHIFT_OF_ROW, dtype=torch.int32).to(device)
+        _SHIFTS_BY_DEVICE[device] = shifts
+    return shifts
+
+
 def unpack_codes(words: torch.Tensor, k: int, n: int) -> torch.Tensor:
     """(E', K, N/8) int32 prepared words -> (E', K, N) int32 codes 0..15, row-major (k, n)."""
     e = words.shape[0]
     tiled = words.reshape(e, n // 32, k // 8, 32, 1)  # (E', t, k8, c, 1) int32
-    shifts = torch.tensor(_SHIFT_OF_ROW, device=words.device, dtype=torch.int32)
+    shifts = _row_shifts(words.device)
     rows = (tiled >> shifts) & 0xF  # (E', t, k8, c, j): sign bits masked off
     return rows.permute(0, 2, 4, 1, 3).reshape(e, k, n)
 
