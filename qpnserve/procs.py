@@ -25,8 +25,13 @@ _PROC = Path("/proc")
 class ProcStat:
     pid: int
     state: str  # R, S, D, Z, T, ...
+    ppid: int
     pgid: int
     start_ticks: int
+
+    @property
+    def live(self) -> bool:
+        return self.state not in ("Z", "X")
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -37,7 +42,35 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
     # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
     rest = text[text.rindex(")") + 2 :].split()
-    return ProcStat(pid=pid, state=rest[0], pgid=int(rest[2]), start_ticks=int(rest[19]))
+    return ProcStat(
+        pid=pid, state=rest[0], ppid=int(rest[1]), pgid=int(rest[2]), start_ticks=int(rest[19])
+    )
+
+
+def all_stats() -> list[ProcStat]:
+    if not has_proc():
+        return []
+    stats = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            stat = read_stat(int(entry.name))
+            if stat is not None:
+                stats.append(stat)
+    return stats
+
+
+def descendants(pid: int) -> list[ProcStat]:
+    """Every live process below ``pid`` in the parent tree, whatever its process group."""
+    children: dict[int, list[ProcStat]] = {}
+    for stat in all_stats():
+        children.setdefault(stat.ppid, []).append(stat)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child.live:
+                found.append(child)
+            todo.append(child.pid)
+    return found
 
 
 def has_proc() -> bool:
@@ -73,13 +106,7 @@ def group_members(pgid: int) -> list[int]:
         except (ProcessLookupError, PermissionError):
             return []
         return [pgid]
-    members = []
-    for entry in _PROC.iterdir():
-        if entry.name.isdigit():
-            stat = read_stat(int(entry.name))
-            if stat and stat.pgid == pgid and stat.state not in ("Z", "X"):
-                members.append(stat.pid)
-    return sorted(members)
+    return sorted(s.pid for s in all_stats() if s.pgid == pgid and s.live)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -97,13 +124,33 @@ class StopOutcome:
         return bool(self.killed)
 
 
-def _wait_empty(pgid: int, timeout_s: float, poll_s: float) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    members = group_members(pgid)
-    while members and time.monotonic() < deadline:
-        time.sleep(poll_s)
-        members = group_members(pgid)
-    return members
+class _Targets:
+    """The server's process group, plus any descendant of its leader that left the group
+    (called setsid or setpgid): signalling the group alone would miss those."""
+
+    def __init__(self, pgid: int) -> None:
+        self.pgid = pgid
+        strays = [s for s in descendants(pgid) if s.pgid != pgid] if has_proc() else []
+        self.strays = {s.pid: s.start_ticks for s in strays}
+
+    def alive(self) -> list[int]:
+        strays = [pid for pid, ticks in self.strays.items() if is_alive(pid, ticks)]
+        return sorted(set(group_members(self.pgid) + strays))
+
+    def signal(self, sig: signal.Signals) -> None:
+        _signal_group(self.pgid, sig)
+        for pid, ticks in self.strays.items():
+            if is_alive(pid, ticks):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+
+    def wait_empty(self, timeout_s: float, poll_s: float) -> list[int]:
+        deadline = time.monotonic() + timeout_s
+        alive = self.alive()
+        while alive and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            alive = self.alive()
+        return alive
 
 
 def stop_group(
@@ -114,22 +161,24 @@ def stop_group(
     progress: Callable[[str], None] | None = None,
     reap: Callable[[], object] | None = None,
 ) -> StopOutcome:
-    """SIGTERM the group, wait up to ``timeout_s``, SIGKILL what remains, confirm it is empty.
+    """SIGTERM the group (and any stray descendant of its leader), wait up to ``timeout_s``,
+    SIGKILL what remains, confirm nothing is left.
 
     ``reap`` lets a parent collect its own child (the group leader) while waiting. A second
     Ctrl-C during the grace period skips the rest of it: SIGKILL at once, then re-raise.
     Raises ServerError if processes survive SIGKILL (e.g. stuck in the kernel).
     """
-    outcome = StopOutcome(had_members=group_members(pgid))
+    targets = _Targets(pgid)
+    outcome = StopOutcome(had_members=targets.alive())
     if not outcome.had_members:
         return outcome
-    _signal_group(pgid, signal.SIGTERM)
+    targets.signal(signal.SIGTERM)
     interrupted = False
     try:
-        remaining = _wait_empty(pgid, timeout_s, poll_s)
+        remaining = targets.wait_empty(timeout_s, poll_s)
     except KeyboardInterrupt:
         interrupted = True
-        remaining = group_members(pgid)
+        remaining = targets.alive()
     if reap:
         reap()
     if remaining:
@@ -137,8 +186,8 @@ def stop_group(
             pids = ", ".join(map(str, remaining))
             progress(f"process group {pgid} still has pid {pids}: sending SIGKILL")
         outcome.killed = remaining
-        _signal_group(pgid, signal.SIGKILL)
-        remaining = _wait_empty(pgid, 5.0, poll_s)
+        targets.signal(signal.SIGKILL)
+        remaining = targets.wait_empty(5.0, poll_s)
         if reap:
             reap()
     if remaining:

@@ -23,7 +23,7 @@ from qpnserve.lifecycle.plan import (
     starting_state,
     validate,
 )
-from qpnserve.procs import group_members, is_alive, log_tail, stop_group
+from qpnserve.procs import descendants, group_members, is_alive, log_tail, stop_group
 from qpnserve.readiness import wait_ready
 from qpnserve.route_check import expected_moe_layers, route_problems, summarize
 from qpnserve.route_report import read_reports
@@ -174,8 +174,9 @@ def _verify_and_record(
     expected = expected_moe_layers(opts.model)
     summary = summarize(reports, opts.tp, expected)
     if opts.awq_m1:
+        server_pids = set(group_members(popen.pid)) | {s.pid for s in descendants(popen.pid)}
         problems = route_problems(
-            reports, tp=opts.tp, expected_layers=expected, server_pids=set(group_members(popen.pid))
+            reports, tp=opts.tp, expected_layers=expected, server_pids=server_pids
         )
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -72,6 +72,19 @@ def test_down_sigkills_a_group_that_ignores_sigterm(
     assert group_members(running["pgid"]) == []
 
 
+def test_down_also_stops_a_worker_that_left_the_group(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_HOST_STRAY", "1")
+    monkeypatch.setenv("FAKE_HOST_IGNORE_SIGTERM", "1")  # only qpnserve's own signals stop it
+    running = json.loads(cli("up", "--detach", "--json").stdout)
+    strays = [pid for pid, pgid in server_processes(env.run_dir).items() if pgid != running["pgid"]]
+    assert len(strays) == 1
+    outcome = json.loads(cli("down", "--timeout-s", "0.3", "--json").stdout)
+    assert strays[0] in outcome["killed"]
+    assert server_processes(env.run_dir) == {}
+
+
 def test_up_crash_while_loading_exits_5_with_the_log_tail(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,6 +15,7 @@ Behaviour is set through the environment (all optional):
                                  FAKE_HOST_CRASH_CODE (default 1); the workers stay orphaned
     FAKE_HOST_REJECT=2:7         rank 2 reports MoE layer 7 as not admitted
     FAKE_HOST_IGNORE_SIGTERM=1   leader and workers ignore SIGTERM (only SIGKILL stops them)
+    FAKE_HOST_STRAY=1            worker rank 0 leaves the process group (setsid)
     FAKE_HOST_LAYERS=48          MoE layers per rank (default: from the model's config.json)
     FAKE_HOST_WORKERS=4          worker processes (default: the TP size)
 
@@ -96,6 +97,8 @@ def fork_worker(rank: int, tp: int, layers: int, ignore_sigterm: bool) -> int:
     if pid:
         return pid
     try:  # the child: a "TP worker" that holds its "GPU" until it is told to stop
+        if rank == 0 and os.environ.get("FAKE_HOST_STRAY") == "1":
+            os.setsid()
         if ignore_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         else:
