@@ -8,11 +8,14 @@ tests/lifecycle/); nothing in a user-facing path ever skips or fakes them.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qpnserve import config
 from qpnserve.errors import PreflightError
 from qpnserve.launch import DEFAULT_SERVER_MODULE
 from qpnserve.state import HostKind
@@ -71,11 +74,16 @@ class Stages:
 
 
 def run_preflight_stage(opts: UpOptions, progress: Progress) -> HostSummary:
-    """`qpnserve check` for this start: any FAIL stops `up` (the route adds its own checks)."""
+    """`qpnserve check` for this start: any FAIL stops `up` (the route adds its own checks).
+
+    The environment checks judge the server's environment, not the caller's: `up` sets the
+    route flag and VLLM_PLUGINS itself, and everything else the server inherits.
+    """
     from qpnserve.preflight import run_preflight
 
     progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
-    report = run_preflight(opts.model, tp=opts.tp, awq_m1=opts.awq_m1)
+    with _environ(_server_overlay(opts)):
+        report = run_preflight(opts.model, tp=opts.tp, awq_m1=opts.awq_m1)
     failed = report.failed()
     if failed:
         first = failed[0]
@@ -88,6 +96,32 @@ def run_preflight_stage(opts: UpOptions, progress: Progress) -> HostSummary:
     if host is None or not host.found:
         return HostSummary(kind="none", version=None)
     return HostSummary(kind=host.kind, version=host.version)
+
+
+def _server_overlay(opts: UpOptions) -> dict[str, str]:
+    from qpnserve.launch import installed_general_plugins, plugin_allow_list
+
+    plugins = plugin_allow_list(
+        os.environ.get(config.VLLM_PLUGINS.name),
+        include_plugin=opts.include_plugin,
+        installed=installed_general_plugins(),
+    )
+    return {config.ROUTE_FLAG.name: "1" if opts.awq_m1 else "0", config.VLLM_PLUGINS.name: plugins}
+
+
+@contextlib.contextmanager
+def _environ(overlay: dict[str, str]) -> Iterator[None]:
+    """os.environ with ``overlay`` applied, restored after (the preflight probes os.environ)."""
+    saved = {name: os.environ.get(name) for name in overlay}
+    os.environ.update(overlay)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def prepare_extension_stage(host: HostSummary, progress: Progress) -> str:

@@ -174,6 +174,31 @@ def test_preflight_failure_starts_nothing(env: Env, tmp_path) -> None:
     assert not env.server_json.exists()
 
 
+def test_up_keeps_the_users_plugins_and_adds_its_own(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # preflight judges the server's environment, where up has already added its plugin
+    monkeypatch.setenv(config.VLLM_PLUGINS.name, "site_plugin")
+    monkeypatch.setenv(config.ROUTE_FLAG.name, "0")
+    result = cli("up", "--detach", "--awq-m1", "--json")
+    assert result.exit_code == 0, result.stderr
+    server_env = environ_of(json.loads(result.stdout)["pid"])
+    assert server_env[config.VLLM_PLUGINS.name] == f"site_plugin,{config.PLUGIN_NAME}"
+    assert server_env[config.ROUTE_FLAG.name] == "1"
+
+
+def test_preflight_still_fails_on_a_variable_the_server_would_inherit(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VLLM_SM70_AWQ_MOE_DISABLE", "1")
+    result = cli("up", "--detach", "--awq-m1")
+    assert result.exit_code == 1
+    assert (
+        "error: preflight failed: toolchain.host_env: VLLM_SM70_AWQ_MOE_DISABLE=1" in result.stderr
+    )
+    assert not env.server_json.exists()
+
+
 def test_dry_run_prints_command_and_environment_and_starts_nothing(env: Env) -> None:
     result = cli("up", "--dry-run", "--", "--max-num-seqs", "4", "--enable-prefix-caching")
     assert result.exit_code == 0, result.stderr
