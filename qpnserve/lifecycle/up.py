@@ -227,8 +227,11 @@ def _serve_foreground(
         say("the server was stopped by `qpnserve down`")
         return running
     tail = log_tail(Path(running.log_path), 20)
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+    # Even status 0 is a failure here: nobody asked it to stop (vLLM exits 0 after an engine
+    # death, vllm#48966). Its TP workers may outlive it; the caller stops the whole group.
     raise ServerError(
-        f"the server exited with status {code} while serving"
+        f"the server {how} while serving"
         + ("; last log lines:\n" + "\n".join(f"  | {ln}" for ln in tail) if tail else ""),
         hint=f"full log: {running.log_path}",
     )

@@ -90,6 +90,20 @@ def test_ctrl_c_while_loading_stops_every_process_of_the_group(
     assert not env.server_json.exists()
 
 
+def test_server_dying_under_foreground_up_exits_5_and_stops_its_orphaned_workers(
+    env: Env, spawned: list
+) -> None:
+    up = start_cli("up")
+    spawned.append(up)
+    state = wait_for_phase(env.server_json, "ready")
+    os.kill(state["pid"], signal.SIGKILL)  # the API server dies; its 4 workers live on
+    _, err = up.communicate(timeout=WAIT_S)
+    assert up.returncode == 5, err
+    assert "error: the server was killed by signal 9 while serving" in err
+    assert group_members(state["pgid"]) == []
+    assert not env.server_json.exists()
+
+
 def test_down_from_another_terminal_ends_a_foreground_up_with_exit_0(
     env: Env, spawned: list
 ) -> None:
