@@ -37,26 +37,48 @@ bool binary_has_pdl(Kernel kernel, int device) {
   return cache[device] == 2;
 }
 
-template <bool kMeta3, bool kUse884>
-void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major) {
-  auto* kernel_a = qpn::w13_swiglu_kernel<kMeta3, kUse884>;
-  auto* kernel_b = qpn::w2_combine_kernel<kMeta3, kUse884>;
-  kernel_a<<<dim3(qpn::kTiles13, qpn::kRoutes), qpn::kWarpsA * 32, 0, stream>>>(args);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+// Path argument: bits 0-1 select the inner product (Path); the higher bits are tuning
+// diagnostics that `scripts/op_timing.py` uses to split the time (never set by callers).
+constexpr int64_t kPathMask = 3;
+constexpr int64_t kDiagSkipB = 4;        // launch kernel A only
+constexpr int64_t kDiagSkipA = 8;        // launch kernel B only
+constexpr int64_t kDiagNoPdl = 16;       // plain launches even on sm_90
+constexpr int64_t kDiagLaunchOnly = 32;  // kernels exit after reading ids
+constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly;
 
+template <typename... Params>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, bool pdl,
+                   cudaStream_t stream, const qpn::MoeArgs& args) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(qpn::kTiles2);
-  config.blockDim = dim3(qpn::kWarpsB * 32);
+  config.gridDim = grid;
+  config.blockDim = block;
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   cudaLaunchAttribute attrs[1];
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  const bool use_pdl = cc_major >= 9 && binary_has_pdl(kernel_b, device);
-  config.attrs = use_pdl ? attrs : nullptr;
-  config.numAttrs = use_pdl ? 1 : 0;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel_b, args));
+  config.attrs = pdl ? attrs : nullptr;
+  config.numAttrs = pdl ? 1 : 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <bool kMeta3, bool kUse884>
+void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
+            int64_t diag) {
+  auto* kernel_a = qpn::w13_swiglu_kernel<kMeta3, kUse884>;
+  auto* kernel_b = qpn::w2_combine_kernel<kMeta3, kUse884>;
+  // Both kernels are launched as programmatic dependents on sm_90: A waits for its
+  // predecessor (griddepcontrol.wait) before reading ids and x, B before reading h.
+  const bool use_pdl = cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
+                       binary_has_pdl(kernel_a, device) && binary_has_pdl(kernel_b, device);
+  if ((diag & kDiagSkipA) == 0) {
+    launch_kernel(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(qpn::kWarpsA * 32), use_pdl,
+                  stream, args);
+  }
+  if ((diag & kDiagSkipB) == 0) {
+    launch_kernel(kernel_b, dim3(qpn::kTiles2), dim3(qpn::kWarpsB * 32), use_pdl, stream, args);
+  }
 }
 
 void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Tensor& x,
@@ -65,8 +87,10 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
                               const at::Tensor& weights, int64_t path) {
   TORCH_CHECK(out.is_cuda(), "awq_moe_m1_out: out must be a CUDA tensor");
   const MetaFormat format = check_args(out, intermediate, x, w13, s13, w2, s2, ids, weights);
-  TORCH_CHECK(path == kAuto || path == kMma16816 || path == kMma884,
+  const int64_t diag = path & kDiagBits;
+  TORCH_CHECK((path & ~(kPathMask | kDiagBits)) == 0 && (path & kPathMask) != 3,
               "awq_moe_m1_out_path: path must be 0 (auto), 1 (m16n8k16) or 2 (m8n8k4), got ", path);
+  path &= kPathMask;
   const c10::cuda::CUDAGuard guard(out.device());
   const int device = out.get_device();
   const int cc_major = at::cuda::getDeviceProperties(device)->major;  // cached by torch
@@ -87,13 +111,14 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
   args.ids = ids.data_ptr<int32_t>();
   args.weights = weights.data_ptr<float>();
   args.num_experts = static_cast<int>(w13.size(0));
+  args.diag = (diag & kDiagLaunchOnly) ? qpn::kDiagLaunchOnly : 0;
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
   const bool meta3 = format == MetaFormat::kThreeByte;
-  if (meta3 && use884) launch<true, true>(args, stream, device, cc_major);
-  else if (meta3) launch<true, false>(args, stream, device, cc_major);
-  else if (use884) launch<false, true>(args, stream, device, cc_major);
-  else launch<false, false>(args, stream, device, cc_major);
+  if (meta3 && use884) launch<true, true>(args, stream, device, cc_major, diag);
+  else if (meta3) launch<true, false>(args, stream, device, cc_major, diag);
+  else if (use884) launch<false, true>(args, stream, device, cc_major, diag);
+  else launch<false, false>(args, stream, device, cc_major, diag);
 }
 
 void awq_moe_m1_out_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Tensor& x,

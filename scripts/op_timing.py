@@ -1,0 +1,93 @@
+"""Kernel-tuning timer: the op alone, per layer, in a CUDA graph over layers of E=512 banks.
+
+    python scripts/op_timing.py [--layers 8] [--iters 200] [--paths auto,mma884]
+
+Each layer has its own 512-expert banks (393 MB at 4-byte metadata), so 8 layers are 3 GB,
+far above the H200's 60 MB L2, and random routes per layer come from HBM. The graph runs the
+op once per layer back to back (no kernel in between), like `qpnserve bench op` without its
+derive kernel; `qpnserve bench op` is the reported benchmark, this is the quick A/B for tuning.
+Needs a CUDA build loaded (QPNSERVE_BUILD_DIR as for `qpnserve build`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from qpnserve.kernels import build, ops
+from qpnserve.kernels import reference as ref
+
+PATHS = {"auto": ops.PATH_AUTO, "mma16816": ops.PATH_MMA16816, "mma884": ops.PATH_MMA884}
+# Diagnostic bits of the path argument (csrc/awq_moe_m1_cuda.cu): split the time.
+DIAG = {"": 0, "A-only": 4, "B-only": 8, "no-pdl": 16, "launch-only": 32}
+ROUTE_BYTES = {"4byte": 10 * 768_000, "3byte": 10 * (409_600 + 76_800 + 204_800 + 38_400)}
+
+
+def make_banks(fmt: str, layers: int) -> list[ref.Banks]:
+    return [ref.random_banks(512, seed=100 + i, fmt=fmt, device="cuda") for i in range(layers)]  # type: ignore[arg-type]
+
+
+def time_variant(banks: list[ref.Banks], path: int, iters: int) -> float:
+    dev = "cuda"
+    layers = len(banks)
+    inputs = [ref.random_inputs(200 + i, 512, device=dev) for i in range(layers)]
+    outs = [torch.empty(1, 2560, dtype=torch.float16, device=dev) for _ in range(layers)]
+    inter = torch.empty(10, 160, dtype=torch.float16, device=dev)
+
+    def step() -> None:
+        for b, (x, ids, w), out in zip(banks, inputs, outs, strict=True):
+            torch.ops.qpnserve.awq_moe_m1_out_path(
+                out, inter, x, b.w13, b.s13, b.w2, b.s2, ids, w, path
+            )
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(20):
+        graph.replay()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        times.append((start, end))
+    torch.cuda.synchronize()
+    per_layer_us = [s.elapsed_time(e) * 1e3 / layers for s, e in times]
+    return statistics.median(per_layer_us)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--paths", default="auto,mma884")
+    parser.add_argument("--diag", default="", help="comma list of " + ",".join(DIAG))
+    args = parser.parse_args()
+    loaded = build.load()
+    name = torch.cuda.get_device_name()
+    print(f"# {name}, torch {torch.__version__}, build {loaded.build_key} ({loaded.arch_list})")
+    print(f"{'format':7} {'path':9} {'diag':12} {'us/layer':>9} {'GB/s':>7}")
+    for fmt in ref.FORMATS:
+        banks = make_banks(fmt, args.layers)
+        for path_name in args.paths.split(","):
+            for diag in [""] + [d for d in args.diag.split(",") if d]:
+                if diag and (fmt != "4byte" or path_name != "auto"):
+                    continue
+                path = PATHS[path_name] | DIAG[diag]
+                us = time_variant(banks, path, args.iters)
+                gbs = ROUTE_BYTES[fmt] / (us * 1e-6) / 1e9
+                print(f"{fmt:7} {path_name:9} {diag or '-':12} {us:9.2f} {gbs:7.0f}", flush=True)
+        del banks
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

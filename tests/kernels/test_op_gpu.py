@@ -1,0 +1,197 @@
+"""The CUDA operator against the FP64 oracle (issue 3's "Must show" on a GPU): run with -m gpu.
+
+Both inner-product paths run on the test GPU: PATH_AUTO (m16n8k16 from sm_80) and PATH_MMA884
+(the m8n8k4 path that the sm_70 build uses), so the V100 code's arithmetic is tested too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from qpnserve.kernels import ops
+from qpnserve.kernels import reference as ref
+from tests.kernels.opcases import (
+    EXPERTS,
+    ONE_HOT_K,
+    bad_argument_cases,
+    mixed_routes,
+    one_hot_x,
+    oracle,
+    run_op,
+)
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_extension")]
+
+PATHS = {"auto": ops.PATH_AUTO, "mma884": ops.PATH_MMA884}
+DEV = "cuda"
+
+
+@pytest.fixture(scope="module", params=ref.FORMATS)
+def banks(request: pytest.FixtureRequest) -> ref.Banks:
+    return ref.random_banks(EXPERTS, seed=41, fmt=request.param, device=DEV)
+
+
+@pytest.fixture(scope="module", params=ref.FORMATS)
+def adversarial_banks(request: pytest.FixtureRequest) -> ref.Banks:
+    return ref.random_banks(EXPERTS, seed=42, fmt=request.param, device=DEV, adversarial=True)
+
+
+@pytest.fixture(params=sorted(PATHS))
+def path(request: pytest.FixtureRequest) -> int:
+    return PATHS[request.param]
+
+
+def _cuda(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    return [t.to(DEV) for t in tensors]
+
+
+@pytest.mark.parametrize("k", ONE_HOT_K)
+def test_gpu_one_hot_x_gives_intermediate_bit_equal_to_oracle(
+    banks: ref.Banks, path: int, k: int
+) -> None:
+    _, ids, weights = ref.random_inputs(3, EXPERTS)
+    x, ids, weights = _cuda(one_hot_x(k), ids, weights)
+    out, inter = run_op(banks, x, ids, weights, path=path)
+    want = oracle(banks, x, ids, weights)
+    got = inter.cpu().numpy()
+    exact = want.silu_unambiguous
+    assert np.array_equal(got.view(np.uint16)[exact], want.intermediate.view(np.uint16)[exact])
+    assert ref.fp16_ulp_distance(got, want.intermediate).max() <= 1
+    assert ref.out_within_contract(out.cpu(), want)[0]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_gpu_random_inputs_meet_contract_bounds(banks: ref.Banks, path: int, seed: int) -> None:
+    x, ids, weights = _cuda(*ref.random_inputs(seed, EXPERTS))
+    out, inter = run_op(banks, x, ids, weights, path=path)
+    want = oracle(banks, x, ids, weights)
+    ok_inter, why_inter = ref.intermediate_within_contract(inter.cpu(), want)
+    ok_out, why_out = ref.out_within_contract(out.cpu(), want)
+    assert ok_inter, why_inter
+    assert ok_out, why_out
+
+
+def test_gpu_adversarial_banks_duplicate_and_invalid_ids_meet_bounds(
+    adversarial_banks: ref.Banks, path: int
+) -> None:
+    x, ids, weights = _cuda(*mixed_routes(5))
+    out, inter = run_op(adversarial_banks, x, ids, weights, path=path)
+    want = oracle(adversarial_banks, x, ids, weights)
+    ok_inter, why_inter = ref.intermediate_within_contract(inter.cpu(), want)
+    ok_out, why_out = ref.out_within_contract(out.cpu(), want)
+    assert ok_inter, why_inter
+    assert ok_out, why_out
+    zero_rows = inter[[2, 6, 9]].cpu()
+    assert torch.equal(zero_rows, torch.zeros_like(zero_rows))
+
+
+def test_gpu_contract_sized_banks_of_512_experts_meet_bounds() -> None:
+    for fmt in ref.FORMATS:
+        banks = ref.random_banks(512, seed=43, fmt=fmt, device=DEV)
+        x, ids, weights = ref.random_inputs(7, 512)
+        ids[0, 0], ids[0, 5] = 511, 511
+        x, ids, weights = _cuda(x, ids, weights)
+        out, inter = run_op(banks, x, ids, weights)
+        want = oracle(banks, x, ids, weights)
+        assert ref.intermediate_within_contract(inter.cpu(), want)[0]
+        assert ref.out_within_contract(out.cpu(), want)[0]
+
+
+def test_gpu_all_invalid_ids_give_all_zero_outputs(banks: ref.Banks, path: int) -> None:
+    x, _, weights = _cuda(*ref.random_inputs(4, EXPERTS))
+    ids = torch.tensor(
+        [[-1, EXPERTS, 512, -7, 10_000, -1, 513, EXPERTS + 1, -2, 2**31 - 1]],
+        dtype=torch.int32,
+        device=DEV,
+    )
+    out, inter = run_op(banks, x, ids, weights, path=path)
+    assert torch.equal(out, torch.zeros_like(out))
+    assert torch.equal(inter, torch.zeros_like(inter))
+
+
+def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Banks) -> None:
+    x, ids, weights = _cuda(*mixed_routes(8))
+    out = torch.empty(1, 2560, dtype=torch.float16, device=DEV)
+    inter = torch.empty(10, 160, dtype=torch.float16, device=DEV)
+    args = (out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.ops.qpnserve.awq_moe_m1_out(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.ops.qpnserve.awq_moe_m1_out(*args)
+    for seed in range(20, 26):
+        new_x, new_ids, new_w = mixed_routes(seed) if seed % 2 else ref.random_inputs(seed, EXPERTS)
+        x.copy_(new_x)
+        ids.copy_(new_ids)
+        weights.copy_(new_w)
+        out.fill_(float("nan"))
+        inter.fill_(float("nan"))
+        graph.replay()
+        eager_out, eager_inter = run_op(banks, x, ids, weights)
+        torch.cuda.synchronize()
+        assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16))
+        assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
+
+
+def test_gpu_three_runs_are_bit_identical(banks: ref.Banks, path: int) -> None:
+    x, ids, weights = _cuda(*mixed_routes(9))
+    runs = [run_op(banks, x, ids, weights, path=path) for _ in range(3)]
+    for out, inter in runs[1:]:
+        assert torch.equal(out.view(torch.int16), runs[0][0].view(torch.int16))
+        assert torch.equal(inter.view(torch.int16), runs[0][1].view(torch.int16))
+
+
+def test_gpu_paths_agree_within_contract_and_both_are_deterministic(banks: ref.Banks) -> None:
+    x, ids, weights = _cuda(*ref.random_inputs(10, EXPERTS))
+    a = run_op(banks, x, ids, weights, path=ops.PATH_MMA16816)
+    b = run_op(banks, x, ids, weights, path=ops.PATH_MMA884)
+    assert ref.fp16_ulp_distance(a[1].cpu(), b[1].cpu()).mean() < 0.05
+
+
+def test_gpu_torch_compile_fullgraph_traces_through_the_op(banks: ref.Banks) -> None:
+    x, ids, weights = _cuda(*mixed_routes(11))
+
+    def layer(out, inter, x, w13, s13, w2, s2, ids, weights):  # type: ignore[no-untyped-def]
+        torch.ops.qpnserve.awq_moe_m1_out(out, inter, x, w13, s13, w2, s2, ids, weights)
+        return out.float() * 2
+
+    eager_out, eager_inter = run_op(banks, x, ids, weights)
+    out = torch.empty(1, 2560, dtype=torch.float16, device=DEV)
+    inter = torch.empty(10, 160, dtype=torch.float16, device=DEV)
+    compiled = torch.compile(layer, fullgraph=True)
+    doubled = compiled(out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights)
+    assert torch.equal(doubled, eager_out.float() * 2)
+    assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
+
+
+def _gpu_cases() -> list[tuple[str, str, list[torch.Tensor]]]:
+    if not torch.cuda.is_available():
+        return []
+    banks = ref.random_banks(EXPERTS, seed=30, fmt="4byte", device=DEV)
+    x, ids, weights = _cuda(*ref.random_inputs(30, EXPERTS))
+    cases = bad_argument_cases(banks, x, ids, weights)
+    out, inter = (
+        torch.empty(1, 2560, dtype=torch.float16, device=DEV),
+        torch.empty(10, 160, dtype=torch.float16, device=DEV),
+    )
+    good = [out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights]
+    for i, name in enumerate(("x", "w13", "ids", "weights")):
+        index = (2, 3, 7, 8)[i]
+        args = list(good)
+        args[index] = good[index].cpu()
+        cases.append((f"{name}-on-cpu", name, args))
+    return cases
+
+
+@pytest.mark.parametrize("case", _gpu_cases(), ids=lambda c: c[0])
+def test_gpu_argument_error_raises_naming_the_argument(
+    case: tuple[str, str, list[torch.Tensor]],
+) -> None:
+    _, name, args = case
+    with pytest.raises(RuntimeError, match=rf"\b{name}\b"):
+        torch.ops.qpnserve.awq_moe_m1_out(*args)
