@@ -36,6 +36,25 @@ def normalize_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
+def resolve_url(url: str | None) -> str:
+    """--url / $QPNSERVE_URL, else the server `qpnserve up` recorded, else the vLLM default."""
+    if url:
+        return normalize_url(url)
+    from qpnserve.config import state_dir
+    from qpnserve.errors import QpnError
+    from qpnserve.state import read_running
+
+    try:
+        root = state_dir()
+        running = read_running(root) if root.is_dir() else None
+    except QpnError:  # a corrupt state file is `status`'s to report, not a reason to stop here
+        running = None
+    if running is not None:
+        message(f"using the server qpnserve started: {running.base_url}")
+        return running.base_url
+    return DEFAULT_URL
+
+
 def _write_out(path: Path, data: object) -> None:
     from qpnserve.errors import UsageError
     from qpnserve.fsutil import atomic_write_text
@@ -51,7 +70,12 @@ def _write_out(path: Path, data: object) -> None:
 @bench_app.command("smoke")
 @handles_errors
 def smoke(
-    url: str = typer.Option(DEFAULT_URL, "--url", envvar=BENCH_URL.name, help="Server base URL."),
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        envvar=BENCH_URL.name,
+        help=f"Server base URL (default: the one `qpnserve up` started, else {DEFAULT_URL}).",
+    ),
     model: str | None = typer.Option(
         None, "--model", envvar=SERVED_MODEL.name, help="Served model name (default: the first)."
     ),
@@ -73,7 +97,7 @@ def smoke(
 
     prompt, prompt_info = load_prompt(prompt_tokens, prompt_file)
     opts = SmokeOptions(
-        url=normalize_url(url),
+        url=resolve_url(url),
         model=model,
         prompt=prompt,
         prompt_info=prompt_info,

@@ -42,3 +42,14 @@ def test_ab_restarts_the_route_off_server_it_found(env: Env) -> None:
     assert status["server"] == "ready" and status["running"]["route_flag"] == "0"
     assert status["desired"]["awq_m1"] is False and status["restart_needed"] is False
     assert cli("down").exit_code == 0
+
+
+def test_smoke_without_url_measures_the_server_qpnserve_started(env: Env) -> None:
+    assert cli("up", "--detach").exit_code == 0
+    try:
+        result = cli("bench", "smoke", *SMOKE_ARGS, "--json")
+    finally:
+        assert cli("down").exit_code == 0
+    assert result.exit_code == 0, result.output
+    assert f"using the server qpnserve started: http://127.0.0.1:{env.port}" in result.stderr
+    assert json.loads(result.stdout)["server"]["url"] == f"http://127.0.0.1:{env.port}"
