@@ -216,10 +216,11 @@ def check_route_output(
     intermediate: torch.Tensor | None = None,
     min_equal_fraction: float = 0.9,
 ) -> CheckResult:
-    """Contract section 4's random-input bounds.
+    """Contract section 4's random-input bounds (the intermediate's, as amended below).
 
     out: max|diff| <= 2e-3 max|ref| + 2^-24 and ||diff||_2 <= 2e-3 ||ref||_2 + sqrt(2560) 2^-24;
-    intermediate (when given): within 2 FP16 ulps element-wise and equal on most elements.
+    intermediate (when given): each element within 2 FP16 ulps or within 2^-10 max|h_ref|, and
+    equal to the reference on at least min_equal_fraction of the elements.
     """
     got = out.to(torch.float64).view(1, HIDDEN)
     want = ref.out.to(got.device)
@@ -240,8 +241,19 @@ def check_route_output(
         ulps = (_ordered_fp16(intermediate) - _ordered_fp16(want_h)).abs()
         max_ulps = int(ulps.max())
         equal_fraction = float((ulps == 0).to(torch.float64).mean())
-        if max_ulps > 2:
-            reasons.append(f"intermediate off by {max_ulps} FP16 ulps (bound 2)")
+        # 2 ulps everywhere is unreachable where gate or up nearly cancel: any FP32 summation
+        # order (the operator's own CPU implementation included) then misses the FP64 value by
+        # many ulps of a tiny h. So an element passes within 2 ulps, or within 2^-10 of the
+        # largest |h| (absolute), the intermediate's analogue of the bound on out.
+        abs_diff = (intermediate.to(torch.float64) - want_h).abs()
+        abs_tol = 2.0**-10 * float(want_h.abs().max())
+        bad = (ulps > 2) & ~(abs_diff <= abs_tol)
+        if bool(bad.any()) or not bool(torch.isfinite(intermediate).all()):
+            worst = float(abs_diff.max())
+            reasons.append(
+                f"intermediate off by {max_ulps} FP16 ulps and {worst:.3g} absolute "
+                f"(bounds: 2 ulps or {abs_tol:.3g})"
+            )
         if equal_fraction < min_equal_fraction:
             reasons.append(f"intermediate equal on only {equal_fraction:.1%} of elements")
     return CheckResult(

@@ -87,3 +87,17 @@ def test_derive_mixes_clamped_previous_output_into_seed() -> None:
     derive_torch(x, ids, w, prev, seed, src_ids, src_w)
     assert torch.all(x == 2.0)  # 1 + 0.125 * clamp(100, -8, 8)
     assert torch.equal(ids, src_ids) and torch.equal(w, src_w)
+
+
+def test_check_tolerates_many_ulps_only_on_tiny_intermediate_values() -> None:
+    gen = torch.Generator().manual_seed(2)
+    layer = make_layer("4byte", gen, torch.device("cpu"), num_experts=12)
+    ref = reference_route(layer.seed, layer, layer.route_ids, layer.route_weights)
+    h = ref.intermediate.half().clone()
+    flat = h.view(-1)
+    small = int(ref.intermediate.abs().view(-1).argmin())
+    big = int(ref.intermediate.abs().view(-1).argmax())
+    flat.view(torch.int16)[small] += 12  # 12 ulps of the smallest |h|: cancellation noise
+    assert check_route_output(ref.out.half(), ref, h).ok
+    flat.view(torch.int16)[big] += 3  # 3 ulps of the largest |h|: a real error
+    assert not check_route_output(ref.out.half(), ref, h).ok

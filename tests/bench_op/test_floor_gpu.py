@@ -36,14 +36,6 @@ def test_floor_reads_every_routed_word_once(ops, fmt: str, loads: int) -> None:
     )
 
 
-def test_floor_rejects_bad_loads_per_thread(ops) -> None:
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    layer = make_layer("4byte", gen, torch.device("cuda"))
-    sink = torch.zeros(8192, dtype=torch.int32, device="cuda")
-    with pytest.raises(RuntimeError, match="loads_per_thread"):
-        ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, layer.route_ids, 3, False)
-
-
 def test_derive_kernel_matches_torch(ops) -> None:
     gen = torch.Generator(device="cuda").manual_seed(1)
     prev = (torch.randn(1, 2560, generator=gen, device="cuda") * 20).half()
@@ -55,3 +47,12 @@ def test_derive_kernel_matches_torch(ops) -> None:
     ops.derive_input_m1(*got, prev, seed, ids, w)
     derive_torch(*want, prev, seed, ids, w)
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+# Last: an argument error raised from the extension (kept last so the others report first).
+def test_floor_rejects_bad_loads_per_thread(ops) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    layer = make_layer("4byte", gen, torch.device("cuda"))
+    sink = torch.zeros(8192, dtype=torch.int32, device="cuda")
+    with pytest.raises(RuntimeError, match="loads_per_thread"):
+        ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, layer.route_ids, 3, False)
