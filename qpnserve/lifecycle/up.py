@@ -99,7 +99,8 @@ def check_conflicts(root: Path, opts: UpOptions, say: Progress) -> None:
     running = read_running(root)
     if running is not None:
         leader_alive = is_alive(running.pid, running.proc_start_ticks)
-        members = group_members(running.pgid)
+        reused = not leader_alive and is_alive(running.pid, None)  # the pid names another process
+        members = [] if reused else group_members(running.pgid)
         if leader_alive or members:
             what = "" if leader_alive else f" (leader gone, pids {members} of its group remain)"
             raise ConflictError(

@@ -70,3 +70,52 @@ def test_lock_held_by_another_process_is_a_conflict_not_a_hang(env: Env) -> None
         holder.wait()
     with locked(root, timeout_s=5):  # released with its holder
         pass
+
+
+def test_a_reused_pid_is_never_taken_for_the_server(env: Env) -> None:
+    """server.json names a pid that now belongs to another process (other start time):
+    status says the server is gone, down signals nothing, up clears the record."""
+    import json
+
+    from qpnserve.procs import is_alive, start_ticks
+    from qpnserve.state import RunningState, write_running
+
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        ticks = start_ticks(other.pid)
+        assert ticks is not None
+        record = RunningState.model_validate(
+            {
+                "phase": "ready",
+                "pid": other.pid,
+                "pgid": other.pid,
+                "proc_start_ticks": ticks - 1,  # started at another time: not our server
+                "started_at": "2026-01-01T00:00:00Z",
+                "argv": [],
+                "env": {},
+                "cwd": "/",
+                "route_flag": "1",
+                "include_plugin": True,
+                "host_kind": "patched",
+                "model": str(env.model),
+                "served_model_name": "m",
+                "tp": 4,
+                "host": "127.0.0.1",
+                "port": env.port,
+                "server_module": "x",
+                "log_path": "/nonexistent.log",
+                "report_dir": str(env.state / "reports"),
+            }
+        )
+        write_running(ensure_state_dir(env.state), record)
+        status = json.loads(cli("status", "--json").stdout)
+        assert status["server"] == "gone"
+        assert status["group_pids"] == []
+        down = cli("down")
+        assert down.exit_code == 0
+        assert f"pid {other.pid} is no longer the recorded server" in down.stderr
+        assert is_alive(other.pid, ticks)
+        assert not env.server_json.exists()
+    finally:
+        other.kill()
+        other.wait()
