@@ -255,9 +255,20 @@ def check_host(facts: Facts, awq_m1: bool) -> CheckResult:
         )
     if h.kind == "native":
         return _r(name, "PASS", f"{found}: native build (the route is built in)")
-    if h.kind == "patched":
+    if h.kind == "patched" and h.patch_error:
+        bad: Status = "FAIL" if awq_m1 else "WARN"
         return _r(
-            name, "PASS", f"{found}: patchable (qpnserve supplies the operator and the dispatch)"
+            name,
+            bad,
+            f"{found}: has the hook, but {h.patch_error}",
+            "install a host build listed in patches/awq_m1_dispatch.toml (1Cat-vLLM v1.3.0)",
+        )
+    if h.kind == "patched":
+        matches = f"; source matches {h.patch_validated}" if h.patch_validated else ""
+        return _r(
+            name,
+            "PASS",
+            f"{found}: patchable (qpnserve supplies the operator and the dispatch){matches}",
         )
     status: Status = "FAIL" if awq_m1 else "WARN"
     return _r(

@@ -67,6 +67,10 @@ class HostFacts(BaseModel):
     has_route_flag: bool = False
     has_native_op: bool = False
     has_hook_method: bool = False
+    # Patched hosts only: the validated build whose source the installed hook matches
+    # ("1cat-vllm 1.3.0"), or why the dispatch patch would refuse this host.
+    patch_validated: str | None = None
+    patch_error: str | None = None
 
 
 class ShardFacts(BaseModel):

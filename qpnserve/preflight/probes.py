@@ -3,7 +3,9 @@
 Each returns facts and never raises for a missing piece: no driver, no torch, no nvcc are
 facts the checks turn into FAIL rows. None of them imports torch or vllm: importing torch
 alone takes ~2.5 s on a 2-core machine, over the whole budget of `qpnserve check`, so torch is
-read from its installed files (metadata, torch/version.py, the CUDA fatbin of libtorch_cuda).
+read from its installed files: version and CUDA from torch/version.py; the arch list from the
+flags string compiled into libtorch_python.so (what torch.cuda.get_arch_list() splits), else
+from the CUDA fatbin headers of libtorch_cuda.so.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import ast
 import contextlib
 import importlib.metadata
 import importlib.util
+import mmap
 import os
 import re
 import shutil
@@ -100,6 +103,35 @@ def _assigned_string(path: Path, name: str) -> tuple[bool, str | None]:
     return False, None
 
 
+# torch.cuda.get_arch_list() is torch._C._cuda_getArchFlags().split(): a compile-time constant
+# stored as one NUL-terminated string in libtorch_python.so ("sm_75 sm_80 ... sm_120" in a
+# 2.11.0+cu130 wheel, checked against get_arch_list() on an H200 host).
+_ARCH_FLAGS = re.compile(rb"(?:sm|compute)_\d{2,3}[a-z]?(?: (?:sm|compute)_\d{2,3}[a-z]?)+\x00")
+_MAX_SM_HITS = 100_000  # "sm_" occurrences to try before giving up (a 32 MB library has few)
+
+
+def arch_flags_string(library: Path) -> list[str] | None:
+    """torch's arch list read from its compiled-in flags string, or None when the library is
+    absent or holds no single such string."""
+    try:
+        with library.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            found: set[bytes] = set()
+            pos = m.find(b"sm_")
+            tries = 0
+            while pos >= 0 and tries < _MAX_SM_HITS:
+                tries += 1
+                if pos > 0 and m[pos - 1] == 0:  # the start of a C string
+                    match = _ARCH_FLAGS.match(m, pos)
+                    if match:
+                        found.add(match.group()[:-1])
+                pos = m.find(b"sm_", pos + 3)
+    except (OSError, ValueError):
+        return None
+    if len(found) != 1:
+        return None
+    return found.pop().decode().split()
+
+
 def probe_torch(search_path: list[str] | None = None) -> TorchFacts:
     """torch's version, CUDA version and compiled GPU architectures, without importing it."""
     if search_path is None:
@@ -122,6 +154,18 @@ def probe_torch(search_path: list[str] | None = None) -> TorchFacts:
         )
     if cuda is None:
         return TorchFacts(installed=True, version=version, cuda_version=None, arch_list=[])
+    flags_lib = torch_dir / "lib" / "libtorch_python.so"
+    flags = arch_flags_string(flags_lib)
+    if flags is not None:
+        return TorchFacts(
+            installed=True,
+            version=version,
+            cuda_version=cuda,
+            arch_list=flags,
+            arch_source=f"archflags:{flags_lib.name}",
+        )
+    # Fallback: the architectures of the kernels themselves. A superset of the arch list
+    # (bundled kernels may add newer architectures, e.g. sm_89), same verdict on sm_70.
     lib = torch_dir / "lib" / "libtorch_cuda.so"
     try:
         archs = fatbin_archs(lib)
@@ -185,13 +229,31 @@ def probe_nvcc() -> NvccFacts:
     )
 
 
-def probe_host() -> HostFacts:
+def _patch_status(package_dir: Path, version: str) -> tuple[str | None, str | None]:
+    """(validated build, None) when the dispatch patch's drift check accepts the installed
+    host source, else (None, why): the plugin's own check, run from files before any launch."""
+    from qpnserve.dispatch.manifest import verify_installed
+    from qpnserve.errors import QpnError
+
+    try:
+        build = verify_installed(package_dir, version)
+    except QpnError as exc:
+        return None, exc.message
+    return f"{build.distribution} {build.version}", None
+
+
+def probe_host(search_path: list[str] | None = None) -> HostFacts:
     from qpnserve.host import detect_host
 
-    host = detect_host()
+    host = detect_host(search_path)
     if host is None:
         return HostFacts(found=False)
+    validated = error = None
+    if host.kind == "patched":
+        validated, error = _patch_status(host.package_dir, host.version)
     return HostFacts(
+        patch_validated=validated,
+        patch_error=error,
         found=True,
         dist_name=host.dist_name,
         version=host.version,

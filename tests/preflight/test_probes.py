@@ -96,6 +96,23 @@ def test_probe_torch_reads_version_cuda_and_archs_without_import(tmp_path: Path)
     assert facts.arch_source == "fatbin:libtorch_cuda.so"
 
 
+def test_probe_torch_prefers_compiled_arch_flags_string(tmp_path: Path) -> None:
+    fake_torch(tmp_path, "12.8", fatbin_container(fatbin_entry(2, 89)))
+    lib = tmp_path / "torch" / "lib" / "libtorch_python.so"
+    # As in a real wheel: other strings around, one NUL-terminated arch flags string.
+    lib.write_bytes(b"\x7fELF junk sm_75\x00_use_cxx11_abi\x00sm_70 sm_75 sm_80 sm_90\x00inv\x00")
+    facts = probes.probe_torch([str(tmp_path)])
+    assert facts.arch_list == ["sm_70", "sm_75", "sm_80", "sm_90"]
+    assert facts.arch_source == "archflags:libtorch_python.so"
+
+
+def test_arch_flags_string_is_none_when_ambiguous_or_absent(tmp_path: Path) -> None:
+    two = tmp_path / "two.so"
+    two.write_bytes(b"\x00sm_70 sm_80\x00\x00sm_75 sm_86\x00")
+    assert probes.arch_flags_string(two) is None
+    assert probes.arch_flags_string(tmp_path / "absent.so") is None
+
+
 def test_probe_torch_cpu_build_and_missing_library(tmp_path: Path) -> None:
     fake_torch(tmp_path / "cpu", None, None)
     cpu = probes.probe_torch([str(tmp_path / "cpu")])
@@ -164,6 +181,21 @@ def test_probe_gpu_reads_devices_from_nvml(monkeypatch: pytest.MonkeyPatch) -> N
         ("7.0", 32768)
     ] * 2
     assert facts.cuda_visible_devices == "1"
+
+
+def test_probe_host_reports_drift_of_a_patchable_host(tmp_path: Path) -> None:
+    from qpnserve.preflight.checks import check_host
+    from qpnserve.preflight.facts import Facts
+    from tests.preflight.fake_host import make_fake_host
+
+    make_fake_host(tmp_path, kind="patched")  # has the hook, but not v1.3.0's source
+    host = probes.probe_host([str(tmp_path)])
+    assert host.kind == "patched" and host.patch_validated is None
+    assert "process_weights_after_loading is missing" in (host.patch_error or "")
+    result = check_host(Facts(host=host), awq_m1=True)
+    assert result.status == "FAIL"
+    assert "has the hook, but" in result.reason
+    assert check_host(Facts(host=host), awq_m1=False).status == "WARN"
 
 
 def test_probe_env_keeps_only_route_relevant_variables() -> None:
