@@ -214,3 +214,40 @@ def log_tail(path: Path, num_lines: int = 20, max_bytes: int = 64 * 1024) -> lis
     # tqdm-style progress bars rewrite one line with carriage returns: keep the last state.
     lines = [ln.rsplit("\r", 1)[-1] for ln in data.decode("utf-8", "replace").splitlines()]
     return [ln for ln in lines if ln.strip()][-num_lines:]
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    gpu_index: int
+    pid: int  # as NVML reports it (the host's pid namespace)
+    used_mib: int | None
+
+
+def gpu_compute_processes() -> list[GpuProcess]:
+    """Compute processes NVML sees on the GPUs; [] when NVML is unavailable (no driver, CI).
+
+    Why: TP workers orphaned by an earlier server keep their GPU memory, and a new server then
+    fails with an out-of-memory error that names no cause (vllm#55510).
+    """
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # pynvml.NVMLError and OSError subclasses, by driver state
+        return []
+    try:
+        found = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                used = getattr(proc, "usedGpuMemory", None)
+                used_mib = int(used) // 2**20 if isinstance(used, int) else None
+                found.append(GpuProcess(gpu_index=index, pid=int(proc.pid), used_mib=used_mib))
+        return found
+    except Exception:
+        return []  # a warning helper: a failed query must not stop `up`
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()

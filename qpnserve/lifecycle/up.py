@@ -23,7 +23,14 @@ from qpnserve.lifecycle.plan import (
     starting_state,
     validate,
 )
-from qpnserve.procs import descendants, group_members, is_alive, log_tail, stop_group
+from qpnserve.procs import (
+    descendants,
+    gpu_compute_processes,
+    group_members,
+    is_alive,
+    log_tail,
+    stop_group,
+)
 from qpnserve.readiness import wait_ready
 from qpnserve.route_check import expected_moe_layers, route_problems, summarize
 from qpnserve.route_report import read_reports
@@ -54,6 +61,7 @@ def up(
     root = ensure_state_dir()
     with locked(root):
         check_conflicts(root, opts, say)  # fail fast, before the slow stages
+    _warn_busy_gpus(say)
     host = stages.preflight(opts, say)
     if opts.awq_m1 and host.kind not in ("native", "patched"):
         raise PreflightError(
@@ -92,6 +100,21 @@ def up(
     except BaseException:
         _stop_after_failure(popen, running, root, opts, say)
         raise
+
+
+def _warn_busy_gpus(say: Progress) -> None:
+    busy = gpu_compute_processes()
+    if not busy:
+        return
+    held = ", ".join(
+        f"GPU {p.gpu_index} pid {p.pid}"
+        + (f" ({p.used_mib} MiB)" if p.used_mib is not None else "")
+        for p in busy
+    )
+    say(
+        f"warning: the GPUs already hold compute processes: {held}; workers orphaned by an "
+        "earlier server keep their memory until killed, and the new server may run out of it"
+    )
 
 
 def check_conflicts(root: Path, opts: UpOptions, say: Progress) -> None:
