@@ -13,11 +13,10 @@ import typer
 
 from qpnserve import config
 from qpnserve.cli.app import app, emit_json, handles_errors, message
+from qpnserve.launch import DEFAULT_SERVER_MODULE  # stdlib-only module: --help stays light
 
 if TYPE_CHECKING:
     from qpnserve.lifecycle import LaunchPlan, StatusReport
-
-DEFAULT_SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # = launch.DEFAULT_SERVER_MODULE
 
 _JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
