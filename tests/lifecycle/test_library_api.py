@@ -13,7 +13,7 @@ from tests.lifecycle.stages import test_stages
 def test_up_reports_progress_while_waiting_with_the_logs_last_line(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("FAKE_HOST_LOAD_S", "1.0")
+    monkeypatch.setenv("FAKE_HOST_LOAD_S", "1.5")
     said: list[str] = []
     opts = lifecycle.UpOptions(
         model=env.model,
@@ -25,9 +25,9 @@ def test_up_reports_progress_while_waiting_with_the_logs_last_line(
     )
     running = lifecycle.up(opts, progress=said.append, stages=test_stages())
     waiting = [line for line in said if line.startswith("waiting ") and "/20 s for" in line]
-    assert waiting, said
-    assert "for /health (HTTP 503)" in waiting[0]
-    assert "; log: [fake host (test stand-in, not vLLM)" in waiting[-1]
+    loading = [line for line in waiting if "for /health (HTTP 503)" in line]
+    assert loading, said
+    assert "; log: [fake host (test stand-in, not vLLM)" in loading[-1]
     assert lifecycle.status().server == "ready"
     result = lifecycle.down(timeout_s=5, progress=said.append)
     assert result.stopped and result.pid == running.pid

@@ -108,9 +108,10 @@ def test_up_times_out_when_the_server_never_becomes_healthy(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FAKE_HOST_NEVER_READY", "1")
-    result = cli("up", "--detach", "--timeout-s", "1")
+    # 4 s: time enough for the stand-in to listen (and answer 503) even on a loaded CI machine
+    result = cli("up", "--detach", "--timeout-s", "4")
     assert result.exit_code == 5
-    assert "not ready after 1 s: waiting for /health" in result.stderr
+    assert "not ready after 4 s: waiting for /health" in result.stderr
     assert "HTTP 503" in result.stderr
     assert server_processes(env.run_dir) == {}
     assert not env.server_json.exists()
