@@ -44,7 +44,10 @@ constexpr int64_t kDiagSkipB = 4;        // launch kernel A only
 constexpr int64_t kDiagSkipA = 8;        // launch kernel B only
 constexpr int64_t kDiagNoPdl = 16;       // plain launches even on sm_90
 constexpr int64_t kDiagLaunchOnly = 32;  // kernels exit after reading ids
-constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly;
+constexpr int64_t kDiagWarpsShift = 6;   // bits 6-7: kernel A warps (m16n8k16): 0 default 16,
+                                         // 1 -> 8, 2 -> 10, 3 -> 20
+constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
+                              (int64_t{3} << kDiagWarpsShift);
 
 template <typename... Params>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, bool pdl,
@@ -67,13 +70,22 @@ template <bool kMeta3, bool kUse884>
 void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
             int64_t diag) {
   auto* kernel_a = qpn::w13_swiglu_kernel<kMeta3, kUse884>;
+  int warps_a = qpn::warps_a(kUse884);
+  if (!kUse884) {
+    switch ((diag >> kDiagWarpsShift) & 3) {
+      case 1: kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 8>; warps_a = 8; break;
+      case 2: kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 10>; warps_a = 10; break;
+      case 3: kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 20>; warps_a = 20; break;
+      default: break;
+    }
+  }
   auto* kernel_b = qpn::w2_combine_kernel<kMeta3, kUse884>;
   // Both kernels are launched as programmatic dependents on sm_90: A waits for its
   // predecessor (griddepcontrol.wait) before reading ids and x, B before reading h.
   const bool use_pdl = cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
                        binary_has_pdl(kernel_a, device) && binary_has_pdl(kernel_b, device);
   if ((diag & kDiagSkipA) == 0) {
-    launch_kernel(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(qpn::kWarpsA * 32), use_pdl,
+    launch_kernel(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(warps_a * 32), use_pdl,
                   stream, args);
   }
   if ((diag & kDiagSkipB) == 0) {

@@ -5,7 +5,7 @@
 // roundings) is docs/ and ../shared/contract.md sections 3-4.
 //
 // Work split (two launches, no atomics, every reduction in a fixed order):
-//   kernel A  grid (10 W13 column tiles, 10 routes), kWarpsA warps: each warp streams kG groups
+//   kernel A  grid (10 W13 column tiles, 10 routes), 8 or 16 warps: each warp streams kG groups
 //             (32 k x 32 columns, 512 B of codes + metadata each) of one tile of one routed
 //             expert; the warps' FP32 partials meet in shared memory in warp order; 16 threads
 //             apply SwiGLU and write 16 values of intermediate[route].
@@ -41,9 +41,22 @@ constexpr int kWords13 = kHidden * kN13 / 8;    // int32 code words per expert, 
 constexpr int kWords2 = kInter * kHidden / 8;   // int32 code words per expert, W2
 constexpr int kGroupTileWords = kGroup * kTile / 8;  // 128 words = 512 B: one group x one tile
 
-// Kernel A geometry: 100 CTAs of kWarpsA warps; each warp owns kGroups13 / kWarpsA groups.
-constexpr int kWarpsA = 16;
+// Kernel A geometry: 100 CTAs of warps_a() warps; each warp owns kGroups13 / warps_a() groups.
+// The m8n8k4 (V100) configuration uses 8 warps: its 32 accumulator registers per lane would
+// spill under the 64-register cap that two 512-thread CTAs per SM impose, and V100 needs two
+// CTAs per SM (100 CTAs on 80 SMs) to run kernel A in one wave. sm_80+ uses 16 warps.
+__host__ __device__ constexpr int warps_a(bool mma884) { return mma884 ? 8 : 16; }
 constexpr int kWarpsB = kRoutes;
+// Kernel A's loads in flight per warp, in groups (512 B of codes + metadata each). V100 needs
+// only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (2 CTAs x 256 threads x
+// 3 groups x 32 B = 48 KB here); sm_80+ issues all of a warp's loads at once.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int kMaxDepthA = 3;
+#define QPN_A_MIN_BLOCKS 2
+#else
+constexpr int kMaxDepthA = kGroups13;
+#define QPN_A_MIN_BLOCKS 1
+#endif
 
 struct MoeArgs {
   __half* out;                 // (1, 2560) fp16, written completely
@@ -210,51 +223,62 @@ struct WarpAcc {
   }
 };
 
-// Issue the streaming loads of kG consecutive groups of one (expert, tile).
+// Issue the streaming loads of one group (index g of the warp's slice) of one (expert, tile).
 //   codes: the expert's words + tile offset, pointing at group 0 of the slice (uint4 units)
 //   meta:  byte pointer to the record of (group 0 of the slice, column 0 of the tile)
 //   meta_group_bytes: bytes between consecutive groups' records (N * record size)
-template <int kG, bool kMeta3, bool kMma884>
-__device__ __forceinline__ void load_groups(GroupFrag<kMeta3> (&f)[kG], const uint4* codes,
-                                            const unsigned char* meta, int meta_group_bytes,
-                                            const LaneMap<kMma884>& lm) {
+template <bool kMeta3, bool kMma884>
+__device__ __forceinline__ void load_group(GroupFrag<kMeta3>& f, const uint4* codes,
+                                           const unsigned char* meta, int meta_group_bytes, int g,
+                                           const LaneMap<kMma884>& lm) {
+  f.codes = load_stream(codes + g * (kGroupTileWords / 4) + 8 * lm.kq + lm.col4);
+  const unsigned char* m = meta + g * meta_group_bytes;
+  if constexpr (kMeta3) {
+    // 12 bytes at a 4-byte aligned offset (tile starts are 96 B multiples).
+    const unsigned* p = reinterpret_cast<const unsigned*>(m + 12 * lm.col4);
+    f.meta = make_uint4(load_stream(p), load_stream(p + 1), load_stream(p + 2), 0u);
+  } else {
+    f.meta = load_stream(reinterpret_cast<const uint4*>(m) + lm.col4);
+  }
+}
+
+// Dot one loaded group with its activation slice act (fp16, shared memory, 32 values).
+template <bool kMeta3, bool kMma884>
+__device__ __forceinline__ void dot_group(WarpAcc<kMma884>& acc, const GroupFrag<kMeta3>& f,
+                                          const uint4* act, const LaneMap<kMma884>& lm) {
+  const uint4 xv = act[lm.kq];  // act[8kq .. 8kq + 7]
+  const unsigned words[4] = {f.codes.x, f.codes.y, f.codes.z, f.codes.w};
 #pragma unroll
-  for (int g = 0; g < kG; ++g)
-    f[g].codes = load_stream(codes + g * (kGroupTileWords / 4) + 8 * lm.kq + lm.col4);
-#pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    const unsigned char* m = meta + g * meta_group_bytes;
-    if constexpr (kMeta3) {
-      // 12 bytes at a 4-byte aligned offset (tile starts are 96 B multiples).
-      const unsigned* p = reinterpret_cast<const unsigned*>(m + 12 * lm.col4);
-      f[g].meta = make_uint4(load_stream(p), load_stream(p + 1), load_stream(p + 2), 0u);
+  for (int i = 0; i < 4; ++i) {
+    __half2 s2, b2;
+    column_scale_bias<kMeta3>(f.meta, i, s2, b2);
+    unsigned w[4];
+    dequant_word(words[i], s2, b2, w);
+    if constexpr (kMma884) {
+      mma_m8n8k4(acc.d[i], xv.x, xv.y, w[0], w[1]);
+      mma_m8n8k4(acc.d[i], xv.z, xv.w, w[2], w[3]);
     } else {
-      f[g].meta = load_stream(reinterpret_cast<const uint4*>(m) + lm.col4);
+      mma_m16n8k16(acc.d[i], xv.x, xv.y, w[0], w[1]);
+      mma_m16n8k16(acc.d[i], xv.z, xv.w, w[2], w[3]);
     }
   }
 }
 
-// Dot the loaded groups with the activation slice act (fp16, shared memory, 32 per group).
-template <int kG, bool kMeta3, bool kMma884>
-__device__ __forceinline__ void dot_groups(WarpAcc<kMma884>& acc, const GroupFrag<kMeta3> (&f)[kG],
+// A warp's kG groups, with at most kDepth groups' loads in flight (a register ring). kDepth = kG
+// issues every load before the first use (H200: latency-bound, registers are plentiful);
+// smaller kDepth keeps registers low enough for two CTAs per SM on V100.
+template <int kG, int kDepth, bool kMeta3, bool kMma884>
+__device__ __forceinline__ void stream_dot(WarpAcc<kMma884>& acc, const uint4* codes,
+                                           const unsigned char* meta, int meta_group_bytes,
                                            const uint4* act, const LaneMap<kMma884>& lm) {
+  GroupFrag<kMeta3> ring[kDepth];
+#pragma unroll
+  for (int g = 0; g < kDepth; ++g) load_group(ring[g], codes, meta, meta_group_bytes, g, lm);
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
-    const uint4 xv = act[g * 4 + lm.kq];  // x[32g + 8kq .. 32g + 8kq + 7]
-    const unsigned words[4] = {f[g].codes.x, f[g].codes.y, f[g].codes.z, f[g].codes.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      __half2 s2, b2;
-      column_scale_bias<kMeta3>(f[g].meta, i, s2, b2);
-      unsigned w[4];
-      dequant_word(words[i], s2, b2, w);
-      if constexpr (kMma884) {
-        mma_m8n8k4(acc.d[i], xv.x, xv.y, w[0], w[1]);
-        mma_m8n8k4(acc.d[i], xv.z, xv.w, w[2], w[3]);
-      } else {
-        mma_m16n8k16(acc.d[i], xv.x, xv.y, w[0], w[1]);
-        mma_m16n8k16(acc.d[i], xv.z, xv.w, w[2], w[3]);
-      }
+    dot_group<kMeta3, kMma884>(acc, ring[g % kDepth], act + 4 * g, lm);
+    if (g + kDepth < kG) {
+      load_group(ring[g % kDepth], codes, meta, meta_group_bytes, g + kDepth, lm);
     }
   }
 }
@@ -295,11 +319,13 @@ __device__ __forceinline__ bool route_is_valid(int e, int num_experts) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kernel A: W13 + SwiGLU for one (tile, route). grid (kTiles13, kRoutes), kWarpsA * 32 threads.
+// Kernel A: W13 + SwiGLU for one (tile, route). grid (kTiles13, kRoutes), warps_a() * 32 threads.
 
-template <bool kMeta3, bool kMma884>
-__global__ void __launch_bounds__(kWarpsA * 32) w13_swiglu_kernel(MoeArgs a) {
+// kWarpsA (default warps_a()) divides the 80 groups; other values exist for tuning runs.
+template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884)>
+__global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_kernel(MoeArgs a) {
   constexpr int kG = kGroups13 / kWarpsA;
+  constexpr int kDepthA = kG < kMaxDepthA ? kG : kMaxDepthA;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
   __shared__ float part[kWarpsA * kParts * kTile];
@@ -327,19 +353,16 @@ __global__ void __launch_bounds__(kWarpsA * 32) w13_swiglu_kernel(MoeArgs a) {
   }
   const int g0 = warp * kG;
   const LaneMap<kMma884> lm(lane);
-  GroupFrag<kMeta3> f[kG];
   const uint4* codes = reinterpret_cast<const uint4*>(a.w13 + static_cast<long long>(e) * kWords13 +
                                                       (tile * (kHidden / 8) + 4 * g0) * kTile);
   const unsigned char* meta = static_cast<const unsigned char*>(a.s13) +
                               (static_cast<long long>(e) * kGroups13 * kN13 + g0 * kN13 + tile * kTile) * kRecordBytes;
-  load_groups<kG, kMeta3, kMma884>(f, codes, meta, kN13 * kRecordBytes, lm);
-
   // This warp's slice of x (kG groups x 64 B) into shared memory.
   if (lane < kG * 4) xs[warp][lane] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + lane);
   __syncwarp();
 
   WarpAcc<kMma884> acc;
-  dot_groups<kG, kMeta3, kMma884>(acc, f, xs[warp], lm);
+  stream_dot<kG, kDepthA, kMeta3, kMma884>(acc, codes, meta, kN13 * kRecordBytes, xs[warp], lm);
   store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
   __syncthreads();
 
@@ -390,7 +413,8 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
                                                         tile * (kInter / 8) * kTile);
     const unsigned char* meta = static_cast<const unsigned char*>(a.s2) +
                                 (static_cast<long long>(e) * kGroups2 * kHidden + tile * kTile) * kRecordBytes;
-    load_groups<kG, kMeta3, kMma884>(f, codes, meta, kHidden * kRecordBytes, lm);
+#pragma unroll
+    for (int g = 0; g < kG; ++g) load_group(f[g], codes, meta, kHidden * kRecordBytes, g, lm);
   }
   // The next layer's kernels may be scheduled now; they wait for our completion themselves.
   pdl_launch_dependents();
@@ -401,7 +425,8 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
       hs[route][lane] = __ldg(reinterpret_cast<const uint4*>(a.intermediate + route * kInter) + lane);
     __syncwarp();
     WarpAcc<kMma884> acc;
-    dot_groups<kG, kMeta3, kMma884>(acc, f, hs[route], lm);
+#pragma unroll
+    for (int g = 0; g < kG; ++g) dot_group<kMeta3, kMma884>(acc, f[g], hs[route] + 4 * g, lm);
     store_partials<kMma884>(acc, part + route * kParts * kTile, lane);
     __syncwarp();
     // y_route = fp16(FP32 sum over k), per route; quadpair partials in ascending order.

@@ -21,7 +21,16 @@ from qpnserve.kernels import reference as ref
 
 PATHS = {"auto": ops.PATH_AUTO, "mma16816": ops.PATH_MMA16816, "mma884": ops.PATH_MMA884}
 # Diagnostic bits of the path argument (csrc/awq_moe_m1_cuda.cu): split the time.
-DIAG = {"": 0, "A-only": 4, "B-only": 8, "no-pdl": 16, "launch-only": 32}
+DIAG = {
+    "": 0,
+    "A-only": 4,
+    "B-only": 8,
+    "no-pdl": 16,
+    "launch-only": 32,
+    "A8warps": 1 << 6,
+    "A10warps": 2 << 6,
+    "A20warps": 3 << 6,
+}
 ROUTE_BYTES = {"4byte": 10 * 768_000, "3byte": 10 * (409_600 + 76_800 + 204_800 + 38_400)}
 
 
