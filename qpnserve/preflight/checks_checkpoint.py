@@ -7,6 +7,7 @@ with zero points in GEMM packing at group 32, and every expert tensor of every M
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -189,12 +190,17 @@ def check_tensors(ck: CheckpointFacts) -> CheckResult:
     tensors = ck.tensors
     # (name, expected (dtype, shape)) pairs compared as whole tuples: 221,184 of them for the
     # full model, so the common (matching) case is one dict lookup and one tuple compare.
-    wanted = [
-        (tensor, (spec.dtype, spec.shape))
-        for tensor, spec in layout.expected_expert_tensors(layers, layout.NUM_EXPERTS, prefix)
+    suffixes = [
+        (f".{s}", (spec.dtype, spec.shape)) for s, spec in layout.expert_tensor_specs().items()
     ]
-    checked = len(wanted)
-    for tensor, want in wanted:
+    stems = [
+        f"{layout.expert_prefix(prefix, layer)}.{expert}"
+        for layer in layers
+        for expert in range(layout.NUM_EXPERTS)
+    ]
+    checked = len(stems) * len(suffixes)
+    for stem, (suffix, want) in itertools.product(stems, suffixes):
+        tensor = stem + suffix
         found = tensors.get(tensor)
         if found == want:
             continue

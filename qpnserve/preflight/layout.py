@@ -13,7 +13,7 @@ gate_proj and up_proj map hidden 2560 -> moe_intermediate 640; down_proj maps 64
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,20 +93,6 @@ def expert_tensor_specs(
         specs[f"{proj}.qzeros"] = TensorSpec("I32", (k // group_size, n // pack))
         specs[f"{proj}.scales"] = TensorSpec("F16", (k // group_size, n))
     return specs
-
-
-def expected_expert_tensors(
-    layers: list[int],
-    num_experts: int = NUM_EXPERTS,
-    layer_prefix: str = DEFAULT_LAYER_PREFIX,
-) -> Iterator[tuple[str, TensorSpec]]:
-    """(name, spec) of every expert tensor of native group 32 for the given MoE layers."""
-    specs = expert_tensor_specs()
-    for layer in layers:
-        base = expert_prefix(layer_prefix, layer)
-        for expert in range(num_experts):
-            for suffix, spec in specs.items():
-                yield f"{base}.{expert}.{suffix}", spec
 
 
 def layer_excluded(layer_prefix: str, layer: int, modules_to_not_convert: list[str]) -> bool:
