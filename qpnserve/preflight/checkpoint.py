@@ -45,7 +45,8 @@ def _scan_shard(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]]) -> 
             for name in names:
                 piece = f.get_slice(name)
                 tensors[name] = (piece.get_dtype(), tuple(piece.get_shape()))
-    except (SafetensorError, OSError, ValueError) as exc:
+    except (SafetensorError, OSError, ValueError, ImportError) as exc:
+        # ImportError: safe_open(framework="numpy") without numpy (a broken install).
         text = (str(exc).splitlines() or [repr(exc)])[0].strip("'\"")
         shard.error = text
         return shard
