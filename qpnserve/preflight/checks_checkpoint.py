@@ -49,7 +49,8 @@ def _sample(ck: CheckpointFacts) -> list[str]:
 def _not_converted(ck: CheckpointFacts) -> list[str]:
     q = layout.quant_config(ck.config or {}) or {}
     raw = q.get("modules_to_not_convert") or []
-    return [m for m in raw if isinstance(m, str)]
+    # A bare string would iterate as characters and match every layer.
+    return [m for m in raw if isinstance(m, str)] if isinstance(raw, list) else []
 
 
 def check_path(ck: CheckpointFacts | None) -> CheckResult:

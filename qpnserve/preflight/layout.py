@@ -62,7 +62,8 @@ def moe_layer_indices(tc: Mapping[str, Any]) -> list[int]:
     num_layers = tc.get("num_hidden_layers")
     if not isinstance(num_layers, int) or num_layers < 0:
         return []
-    dense = set(tc.get("mlp_only_layers") or [])
+    raw_dense = tc.get("mlp_only_layers") or []
+    dense = {i for i in raw_dense if isinstance(i, int)} if isinstance(raw_dense, list) else set()
     step = tc.get("decoder_sparse_step") or 1
     if not isinstance(step, int) or step < 1:
         step = 1

@@ -146,3 +146,25 @@ def test_check_passes_full_size_sparse_checkpoint(tmp_path: Path) -> None:
     results = run(path)
     assert all(r.status == "PASS" for r in results.values()), results
     assert "221184 expert tensors in 48 MoE layers" in results["checkpoint.tensors"].reason
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"text_config": [], "quantization_config": []},
+        {"num_hidden_layers": "48", "mlp_only_layers": 5, "decoder_sparse_step": "x"},
+        {"num_hidden_layers": 2, "quantization_config": {"modules_to_not_convert": "lm_head"}},
+        {"num_experts": None, "moe_intermediate_size": "640", "quantization_config": {"bits": []}},
+        [],
+    ],
+)
+def test_check_survives_malformed_config_values(
+    make_ckpt: Callable[..., Path], config: object
+) -> None:
+    import json
+
+    path = make_ckpt("ok", layers=1)
+    (path / "config.json").write_text(json.dumps(config))
+    results = run(path)
+    assert results["checkpoint.config"].status == "FAIL"
+    assert results["checkpoint.coverage"].status in ("PASS", "SKIP", "FAIL")
