@@ -1,362 +1,42 @@
-"""The gpu and toolchain checks: pure functions of Facts -> CheckResult.
-
-Each states what it found in one line and, when it is not a PASS, one line of what to do.
-Thresholds carry their reason beside them.
+"""The machine checks, by group. Each check is a pure function of Facts -> CheckResult that
+states what it found in one line and, when it is not a PASS, one line of what to do; thresholds
+carry their reason beside them (checks_gpu.py, checks_toolchain.py, checks_checkpoint.py).
 """
 
 from __future__ import annotations
 
-from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS
-from qpnserve.preflight.facts import Facts, GpuDevice, GpuFacts
-from qpnserve.preflight.report import CheckResult, Status
-from qpnserve.preflight.report import result as _r
-
-V100_CC = "7.0"
-# 32 GB V100s report ~32510 MiB through NVML; a 16 GB V100 cannot hold the TP4 shards plus KV.
-MIN_MEMORY_MIB = 31 * 1024
-# The host's wheels are CUDA 12.8 builds: a driver that supports CUDA 12.8 (>= 570) runs them
-# natively; 12.0..12.7 drivers run them only through minor-version compatibility.
-WANT_DRIVER_CUDA = (12, 8)
-MIN_DRIVER_CUDA = (12, 0)
-# CUDA 13 dropped sm_70 code generation (contract section 1).
-FIRST_CUDA_WITHOUT_SM70 = 13
-INSTALL_TORCH_FIX = (
-    "install the host's torch: pip install torch==2.10.0 "
-    "--index-url https://download.pytorch.org/whl/cu128"
+from qpnserve.preflight.checks_gpu import (
+    check_gpu_compute_capability,
+    check_gpu_count,
+    check_gpu_driver,
+    check_gpu_memory,
+    visible_devices,
 )
-INSTALL_NVCC_FIX = (
-    "install a CUDA 12.x toolkit (12.8 matches the host's torch) and set CUDA_HOME to it"
+from qpnserve.preflight.checks_toolchain import (
+    check_host,
+    check_host_env,
+    check_nvcc,
+    check_route_flag,
+    check_torch,
+    check_torch_arch,
 )
-INSTALL_HOST_FIX = (
-    "install a 1Cat-vLLM wheel, v1.3.0 or newer, from github.com/1CatAI/1Cat-vLLM/releases"
-)
+from qpnserve.preflight.facts import Facts
+from qpnserve.preflight.report import CheckResult
 
-
-def _version_tuple(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    parts = []
-    for piece in text.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or None
-
-
-# ----- gpu ---------------------------------------------------------------------------------
-
-
-def visible_devices(gpu: GpuFacts) -> list[GpuDevice]:
-    """The devices CUDA would expose, in order, under CUDA_VISIBLE_DEVICES: entries are indices
-    or UUID prefixes; CUDA stops at the first entry that matches nothing."""
-    if gpu.cuda_visible_devices is None:
-        return list(gpu.devices)
-    out: list[GpuDevice] = []
-    for raw in gpu.cuda_visible_devices.split(","):
-        entry = raw.strip()
-        match = None
-        if entry.isdigit():
-            match = next((d for d in gpu.devices if d.index == int(entry)), None)
-        elif entry:
-            match = next((d for d in gpu.devices if d.uuid and d.uuid.startswith(entry)), None)
-        if match is None:
-            break
-        out.append(match)
-    return out
-
-
-def check_gpu_driver(facts: Facts) -> CheckResult:
-    gpu = facts.gpu
-    name = "gpu.driver"
-    if gpu is None:
-        return _r(name, "SKIP", "GPU facts were not probed")
-    if not gpu.nvml_ok:
-        return _r(
-            name,
-            "FAIL",
-            f"no NVIDIA driver reachable: {gpu.error}",
-            "install the NVIDIA driver (>= 570 for CUDA 12.8) and check `nvidia-smi` works",
-        )
-    cuda = _version_tuple(gpu.cuda_driver_version)
-    found = f"driver {gpu.driver_version} (supports CUDA {gpu.cuda_driver_version})"
-    if cuda is None or cuda < MIN_DRIVER_CUDA:
-        return _r(name, "FAIL", f"{found}: too old for CUDA 12 builds", "upgrade to driver >= 570")
-    if cuda < WANT_DRIVER_CUDA:
-        return _r(
-            name,
-            "WARN",
-            f"{found}: runs CUDA 12.8 builds only via minor-version compatibility (no PTX JIT)",
-            "upgrade to driver >= 570 (CUDA 12.8)",
-        )
-    return _r(name, "PASS", found)
-
-
-def _needs_nvml(facts: Facts, name: str) -> CheckResult | None:
-    if facts.gpu is None:
-        return _r(name, "SKIP", "GPU facts were not probed")
-    if not facts.gpu.nvml_ok:
-        return _r(name, "SKIP", "needs NVML (see gpu.driver)")
-    return None
-
-
-def check_gpu_count(facts: Facts, tp: int) -> CheckResult:
-    name = "gpu.count"
-    if (skip := _needs_nvml(facts, name)) is not None:
-        return skip
-    assert facts.gpu is not None
-    visible = visible_devices(facts.gpu)
-    cvd = facts.gpu.cuda_visible_devices
-    where = f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""
-    found = f"{len(visible)} visible GPU(s){where}, tensor parallel {tp} needs {tp}"
-    if len(visible) < tp:
-        return _r(
-            name,
-            "FAIL",
-            found,
-            "run on a host with 4 V100s, or fix CUDA_VISIBLE_DEVICES to list them",
-        )
-    return _r(name, "PASS", found)
-
-
-def check_gpu_compute_capability(facts: Facts, tp: int) -> CheckResult:
-    name = "gpu.compute_capability"
-    if (skip := _needs_nvml(facts, name)) is not None:
-        return skip
-    assert facts.gpu is not None
-    used = visible_devices(facts.gpu)[:tp]
-    if not used:
-        return _r(name, "FAIL", "no visible GPU", "run on a host with Tesla V100 GPUs")
-    wrong = [d for d in used if d.compute_capability != V100_CC]
-    if wrong:
-        listed = ", ".join(
-            f"GPU {d.index} {d.name} (sm_{d.compute_capability.replace('.', '')})"
-            for d in wrong[:4]
-        )
-        return _r(
-            name,
-            "FAIL",
-            f"{listed}: the AWQ M1 route is built for compute capability 7.0 (Tesla V100) only",
-            "run on Tesla V100 GPUs (sm_70)",
-        )
-    names = sorted({d.name for d in used})
-    return _r(name, "PASS", f"{len(used)} x {', '.join(names)}, compute capability 7.0")
-
-
-def check_gpu_memory(facts: Facts, tp: int) -> CheckResult:
-    name = "gpu.memory"
-    if (skip := _needs_nvml(facts, name)) is not None:
-        return skip
-    assert facts.gpu is not None
-    used = visible_devices(facts.gpu)[:tp]
-    if not used:
-        return _r(name, "SKIP", "no visible GPU")
-    smallest = min(used, key=lambda d: d.memory_total_mib)
-    found = f"smallest GPU has {smallest.memory_total_mib / 1024:.1f} GiB"
-    if smallest.memory_total_mib < MIN_MEMORY_MIB:
-        return _r(
-            name,
-            "WARN",
-            f"{found}: below 32 GB, the Qwen3.8 AWQ weights at TP{tp} leave little for KV cache",
-            "use 32 GB V100s, or lower --max-model-len / --max-num-seqs",
-        )
-    return _r(name, "PASS", f"{found} (>= 32 GB per GPU)")
-
-
-# ----- toolchain ---------------------------------------------------------------------------
-
-
-def check_torch(facts: Facts) -> CheckResult:
-    name = "toolchain.torch"
-    t = facts.torch
-    if t is None:
-        return _r(name, "SKIP", "toolchain facts were not probed")
-    if not t.installed:
-        return _r(name, "FAIL", "torch is not installed in this Python", INSTALL_TORCH_FIX)
-    if t.error and t.cuda_version is None:
-        return _r(name, "FAIL", f"torch {t.version}: {t.error}", INSTALL_TORCH_FIX)
-    if t.cuda_version is None:
-        return _r(name, "FAIL", f"torch {t.version} is a CPU-only build", INSTALL_TORCH_FIX)
-    cuda = _version_tuple(t.cuda_version)
-    found = f"torch {t.version}, CUDA {t.cuda_version}"
-    if cuda is not None and cuda[0] >= FIRST_CUDA_WITHOUT_SM70:
-        return _r(
-            name,
-            "FAIL",
-            f"{found}: CUDA {cuda[0]} builds of torch carry no sm_70 kernels",
-            INSTALL_TORCH_FIX,
-        )
-    return _r(name, "PASS", found)
-
-
-def check_torch_arch(facts: Facts) -> CheckResult:
-    name = "toolchain.torch_arch"
-    t = facts.torch
-    if t is None:
-        return _r(name, "SKIP", "toolchain facts were not probed")
-    if not t.installed or t.cuda_version is None:
-        return _r(name, "FAIL", "no CUDA build of torch (see toolchain.torch)", INSTALL_TORCH_FIX)
-    if t.arch_list is None:
-        cuda = _version_tuple(t.cuda_version)
-        if cuda is not None and cuda[0] >= FIRST_CUDA_WITHOUT_SM70:
-            return _r(
-                name,
-                "FAIL",
-                f"arch list unreadable ({t.error}); a CUDA {cuda[0]} torch has no sm_70",
-                INSTALL_TORCH_FIX,
-            )
-        return _r(
-            name,
-            "WARN",
-            f"could not read torch's arch list: {t.error}",
-            'confirm with: python -c "import torch; print(torch.cuda.get_arch_list())"',
-        )
-    archs = " ".join(t.arch_list) or "none"
-    if "sm_70" not in t.arch_list:
-        return _r(name, "FAIL", f"torch kernels built for {archs}: no sm_70", INSTALL_TORCH_FIX)
-    return _r(name, "PASS", f"torch kernels include sm_70 ({archs})")
-
-
-def check_nvcc(facts: Facts) -> CheckResult:
-    name = "toolchain.nvcc"
-    n, host = facts.nvcc, facts.host
-    if n is None:
-        return _r(name, "SKIP", "toolchain facts were not probed")
-    native = host is not None and host.kind == "native"
-    if not n.found or n.version is None:
-        why = n.error or "nvcc not found"
-        if native:
-            return _r(name, "SKIP", f"{why}; not needed: the native host ships the operator")
-        return _r(name, "FAIL", f"{why}; the operator extension needs nvcc", INSTALL_NVCC_FIX)
-    major = _version_tuple(n.version)
-    found = f"nvcc {n.version} at {n.path}"
-    if major is not None and major[0] >= FIRST_CUDA_WITHOUT_SM70:
-        status: Status = "WARN" if native else "FAIL"
-        return _r(
-            name, status, f"{found}: CUDA {major[0]} cannot compile for sm_70", INSTALL_NVCC_FIX
-        )
-    return _r(name, "PASS", f"{found} (can target sm_70)")
-
-
-def check_host(facts: Facts, awq_m1: bool) -> CheckResult:
-    name = "toolchain.host"
-    h = facts.host
-    if h is None:
-        return _r(name, "SKIP", "toolchain facts were not probed")
-    if not h.found:
-        return _r(name, "FAIL", "no vllm package is installed in this Python", INSTALL_HOST_FIX)
-    found = f"{h.dist_name} {h.version}" + (f" at {h.package_dir}" if h.package_dir else "")
-    if h.dist_name != "1cat-vllm":
-        return _r(
-            name,
-            "FAIL",
-            f"{found}: only 1Cat-vLLM has the SM70 AWQ MoE method the route builds on",
-            INSTALL_HOST_FIX,
-        )
-    if h.kind == "native":
-        return _r(name, "PASS", f"{found}: native build (the route is built in)")
-    if h.kind == "patched" and h.patch_error:
-        bad: Status = "FAIL" if awq_m1 else "WARN"
-        return _r(
-            name,
-            bad,
-            f"{found}: has the hook, but {h.patch_error}",
-            "install a host build listed in patches/awq_m1_dispatch.toml (1Cat-vLLM v1.3.0)",
-        )
-    if h.kind == "patched":
-        matches = f"; source matches {h.patch_validated}" if h.patch_validated else ""
-        return _r(
-            name,
-            "PASS",
-            f"{found}: patchable (qpnserve supplies the operator and the dispatch){matches}",
-        )
-    status: Status = "FAIL" if awq_m1 else "WARN"
-    return _r(
-        name,
-        status,
-        f"{found}: neither native route nor the hook "
-        "AWQSM70MoEMethod._apply_legacy_single_token_compact",
-        INSTALL_HOST_FIX,
-    )
-
-
-def _int_or_none(value: str) -> int | None:
-    # The host parses these with bool(int(os.getenv(...))): same rule here.
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
-# (variable, value that breaks the route, why): the host reads each as int(...)
-_ROUTE_BREAKERS = (
-    ("VLLM_SM70_AWQ_TURBOMIND", 0, "turns off the SM70 AWQ method"),
-    ("VLLM_SM70_AWQ_MOE_DISABLE", 1, "sends AWQ MoE layers to MoeWNA16"),
-    ("VLLM_SM70_AWQ_MOE_BATCHED_GEMM", 0, "turns off the batched path that holds the hook"),
-    (
-        "VLLM_SM70_AWQ_MOE_LEGACY_SINGLE_TOKEN_COMPACT",
-        0,
-        "turns off the single-token compact path the route replaces",
-    ),
-)
-
-
-# Per-layer filters of the batched path: layers they exclude keep the host's grouped route.
-_LAYER_FILTERS = (
-    "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST",
-    "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST",
-)
-
-
-def check_host_env(facts: Facts, awq_m1: bool) -> CheckResult:
-    name = "toolchain.host_env"
-    env = facts.env
-    if env is None:
-        return _r(name, "SKIP", "toolchain facts were not probed")
-    problems: list[str] = []
-    for var, breaking, why in _ROUTE_BREAKERS:
-        if var not in env:
-            continue
-        value = _int_or_none(env[var])
-        if value is None:
-            problems.append(f"{var}={env[var]!r} is not an integer (the host fails to start)")
-        elif bool(value) == bool(breaking):
-            problems.append(f"{var}={env[var]} {why}")
-    plugins = env.get(VLLM_PLUGINS.name)
-    host_patched = facts.host is not None and facts.host.kind == "patched"
-    if awq_m1 and host_patched and plugins is not None and PLUGIN_NAME not in plugins.split(","):
-        problems.append(f"{VLLM_PLUGINS.name}={plugins!r} does not allow {PLUGIN_NAME}")
-    if problems:
-        status: Status = "FAIL" if awq_m1 else "WARN"
-        return _r(name, status, "; ".join(problems), "unset these variables (or fix their values)")
-    narrowed = [v for v in _LAYER_FILTERS if v in env]
-    if narrowed:
-        return _r(
-            name,
-            "WARN",
-            f"{', '.join(narrowed)} set: layers outside the batched path do not take the route",
-            "unset them unless you mean to limit the route to some layers",
-        )
-    return _r(name, "PASS", "no host variable turns off the path the route needs")
-
-
-def check_route_flag(facts: Facts) -> CheckResult:
-    name = "toolchain.route_flag"
-    env = facts.env
-    if env is None:
-        return _r(name, "SKIP", "toolchain facts were not probed")
-    flag = ROUTE_FLAG.name
-    if flag not in env:
-        return _r(name, "PASS", f"{flag} unset (qpnserve up sets it)")
-    value = env[flag]
-    if value not in ("0", "1"):
-        return _r(
-            name,
-            "FAIL",
-            f"{flag}={value!r}: only exactly '0' or '1' is accepted",
-            f"export {flag}=1 (route on) or {flag}=0 (off), or unset it",
-        )
-    return _r(name, "PASS", f"{flag}={value}")
+__all__ = [
+    "check_gpu_compute_capability",
+    "check_gpu_count",
+    "check_gpu_driver",
+    "check_gpu_memory",
+    "check_host",
+    "check_host_env",
+    "check_nvcc",
+    "check_route_flag",
+    "check_torch",
+    "check_torch_arch",
+    "machine_checks",
+    "visible_devices",
+]
 
 
 def machine_checks(facts: Facts, groups: set[str], tp: int, awq_m1: bool) -> list[CheckResult]:

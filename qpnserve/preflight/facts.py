@@ -114,6 +114,19 @@ class Facts(BaseModel):
     checkpoint: CheckpointFacts | None = None
 
 
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """ "12.8" -> (12, 8), "2.10.0+cu128" -> (2, 10, 0), "" or None -> None."""
+    if not text:
+        return None
+    parts = []
+    for piece in text.split("+")[0].split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
 def load_facts_file(path: Path) -> Facts:
     """Recorded facts. A missing or malformed file is a usage error (exit 2), never a guess."""
     try:
