@@ -80,6 +80,14 @@ class Ratios(BaseModel):
     dense_fp16_to_op: float
 
 
+class EmptyRoutes(BaseModel):
+    """Net per-layer time with every id invalid (nothing to read): the fixed cost of a launch."""
+
+    op_net_us: float
+    floor_net_us: float
+    floor_variant: str
+
+
 class BenchOpReport(BaseModel):
     schema_version: int = 1
     format: MetaFormat
@@ -97,6 +105,7 @@ class BenchOpReport(BaseModel):
     torch_route: ContenderResult
     dense_fp16: ContenderResult
     ratios: Ratios
+    empty_routes: EmptyRoutes | None = None
     device: DeviceFacts
     notes: list[str] = []
 
@@ -227,5 +236,11 @@ def render_table(report: BenchOpReport) -> str:
         for v in report.floor_variants
     )
     lines.append(f"floor variants (net us): {best}")
+    if report.empty_routes is not None:
+        e = report.empty_routes
+        lines.append(
+            f"all ids invalid (fixed cost, net us): op {e.op_net_us:.2f}, floor "
+            f"{e.floor_net_us:.2f} ({e.floor_variant})"
+        )
     lines.extend(f"note: {n}" for n in report.notes)
     return "\n".join(lines)

@@ -10,20 +10,19 @@ is tested on a CPU with fake ops.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from qpnserve.benchop import report as rpt
-from qpnserve.benchop.banks import (
-    LayerBanks,
-    check_route_output,
-    floor_expected_sum,
-    make_layer,
-    reference_route,
+from qpnserve.benchop.banks import LayerBanks, make_layer
+from qpnserve.benchop.checks import (
+    record_chain,
+    verify_all_invalid,
+    verify_floor,
+    verify_routes,
 )
 from qpnserve.benchop.contenders import (
-    Contender,
     Derive,
     LayerState,
     dense_fp16,
@@ -102,62 +101,6 @@ def _states(
     return states
 
 
-def _chain(states: Sequence[LayerState], derive: Derive, contender: Contender | None) -> None:
-    """Run one decode step eagerly (the same launches the graph records)."""
-    _recorder(states, derive, contender)()
-
-
-def _recorder(
-    states: Sequence[LayerState], derive: Derive, contender: Contender | None
-) -> Callable[[], None]:
-    """One decode step: per layer, derive x/ids/weights from the previous output, then run."""
-    first_prev = torch.zeros_like(states[0].x)  # allocated outside the graph
-
-    def record() -> None:
-        for i, st in enumerate(states):
-            prev = states[i - 1].out if i else first_prev
-            b = st.banks
-            derive(st.x, st.ids, st.weights, prev, b.seed, b.route_ids, b.route_weights)
-            if contender is not None:
-                contender(st)
-
-    return record
-
-
-def verify_routes(
-    name: str, states: Sequence[LayerState], derive: Derive, contender: Contender, with_h: bool
-) -> str:
-    """Run the chain eagerly and check every layer against the FP64 reference."""
-    _chain(states, derive, contender)
-    worst = 0.0
-    for layer, st in enumerate(states):
-        ref = reference_route(st.x, st.banks, st.ids, st.weights)
-        result = check_route_output(st.out, ref, st.intermediate if with_h else None)
-        if not result.ok:
-            raise CanaryError(
-                f"{name}: layer {layer} output is wrong ({result.reason}); no time is reported",
-                hint="fix the operator until `pytest -m gpu tests/kernels` passes, then rerun",
-            )
-        worst = max(worst, result.out_max_abs_diff / max(result.out_max_abs_ref, 2.0**-24))
-    return f"all {len(states)} layers within contract bounds (worst max|diff|/max|ref| {worst:.2e})"
-
-
-def verify_floor(states: Sequence[LayerState], derive: Derive, contender: Contender) -> None:
-    for st in states:
-        assert st.sink is not None
-        st.sink.zero_()
-    _chain(states, derive, contender)
-    for layer, st in enumerate(states):
-        assert st.sink is not None
-        got = int(st.sink.to(torch.int64).sum()) & 0xFFFFFFFF
-        want = floor_expected_sum(st.banks, st.ids)
-        if got != want:
-            raise BenchError(
-                f"read floor: layer {layer} did not read the routed bytes exactly once "
-                f"(sum {got:#010x}, expected {want:#010x})"
-            )
-
-
 def run_bench(
     cfg: BenchConfig,
     ops: BenchOps,
@@ -189,6 +132,16 @@ def run_bench(
     for run in floor_runs.values():
         verify_floor(floor_states, ops.derive, run)
 
+    # Fixed costs: the op and the floor with every id invalid read no weights, so their graph
+    # time is launch, scheduling and the op's zero-fill alone.
+    empty_layers = [replace(b, route_ids=torch.full_like(b.route_ids, -1)) for b in layers]
+    op_empty_states = _states(empty_layers, device)
+    verify_all_invalid(op_empty_states, ops.derive, op_run)
+    empty_floor = (4, ops.pdl_supported)
+    floor_empty_states = _states(empty_layers, device, sink_len)
+    floor_empty_run = floor_contender(ops.floor, *empty_floor)
+    verify_floor(floor_empty_states, ops.derive, floor_empty_run)
+
     torch_states = _states(layers, device)
     verified_torch = verify_routes("torch route", torch_states, ops.derive, torch_route, False)
     dense_states = _states(layers, device)
@@ -200,13 +153,15 @@ def run_bench(
     copy_gb_s = ops.copy_gb_s()
     log(f"copy bandwidth {copy_gb_s:,.0f} GB/s; timing graphs")
     recorders: dict[str, Callable[[], None]] = {
-        "derive": _recorder(op_states, ops.derive, None),
-        "op": _recorder(op_states, ops.derive, op_run),
-        "torch_route": _recorder(torch_states, ops.derive, torch_route),
-        "dense_fp16": _recorder(dense_states, ops.derive, dense_fp16),
+        "derive": record_chain(op_states, ops.derive, None),
+        "op": record_chain(op_states, ops.derive, op_run),
+        "torch_route": record_chain(torch_states, ops.derive, torch_route),
+        "dense_fp16": record_chain(dense_states, ops.derive, dense_fp16),
     }
     for (n, p), run in floor_runs.items():
-        recorders[f"floor:{n}:{p}"] = _recorder(floor_states, ops.derive, run)
+        recorders[f"floor:{n}:{p}"] = record_chain(floor_states, ops.derive, run)
+    recorders["op_empty"] = record_chain(op_empty_states, ops.derive, op_run)
+    recorders["floor_empty"] = record_chain(floor_empty_states, ops.derive, floor_empty_run)
     samples: dict[str, list[float]] = {name: [] for name in recorders}
     errors: dict[str, str] = {}
     for _round in range(cfg.rounds):
@@ -262,6 +217,11 @@ def run_bench(
         torch_route=torch_res,
         dense_fp16=dense_res,
         ratios=rpt.ratios(op_res, floor_res, torch_res, dense_res),
+        empty_routes=rpt.EmptyRoutes(
+            op_net_us=rpt.spread(samples["op_empty"]).median_us - derive_us,
+            floor_net_us=rpt.spread(samples["floor_empty"]).median_us - derive_us,
+            floor_variant=f"{empty_floor[0]} loads per thread{', PDL' if empty_floor[1] else ''}",
+        ),
         device=ops.facts(),
         notes=list(ops.notes),
     )

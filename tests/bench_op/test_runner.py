@@ -26,6 +26,9 @@ def test_bench_reports_ratios_from_scripted_times(small_config: BenchConfig) -> 
     assert report.op.effective_gb_s == pytest.approx(7_680_000 / 4.0 / 1e3)
     assert [v.loads_per_thread for v in report.floor_variants] == [2, 4, 8, 16]
     assert report.op.verified.startswith("all 2 layers within contract bounds")
+    assert report.empty_routes is not None  # timed after the floors: scripted 0.002 and 0.010
+    assert report.empty_routes.op_net_us == pytest.approx(0.0)
+    assert report.empty_routes.floor_net_us == pytest.approx(4.0)
 
 
 def test_bench_refuses_to_time_op_with_wrong_output(small_config: BenchConfig) -> None:
@@ -53,8 +56,10 @@ def test_bench_refuses_op_with_wrong_intermediate(small_config: BenchConfig) -> 
 def test_bench_refuses_op_whose_replay_differs_from_eager(small_config: BenchConfig) -> None:
     calls = {"n": 0}
 
-    def drifting_op(out, intermediate, *args) -> None:
-        reference_op(out, intermediate, *args)
+    def drifting_op(out, intermediate, x, w13, s13, w2, s2, ids, weights) -> None:
+        reference_op(out, intermediate, x, w13, s13, w2, s2, ids, weights)
+        if bool((ids < 0).all()):
+            return
         calls["n"] += 1
         if calls["n"] > 1:  # right in the (one-layer) eager check, then not
             out.view(torch.int16)[0, 0] += 1
@@ -82,3 +87,13 @@ def test_bench_checks_3byte_banks_too() -> None:
 def test_bench_rejects_non_positive_layers() -> None:
     with pytest.raises(BenchError):
         run_bench(BenchConfig(layers=0, num_experts=12), make_ops(), CPU)
+
+
+def test_bench_refuses_op_that_writes_nonzero_for_all_invalid_ids(small_config) -> None:
+    def leaky_op(out, intermediate, x, w13, s13, w2, s2, ids, weights) -> None:
+        reference_op(out, intermediate, x, w13, s13, w2, s2, ids, weights)
+        if bool((ids < 0).all()):
+            out[0, 0] = 1.0
+
+    with pytest.raises(CanaryError, match="all ids invalid is not all zero"):
+        run_bench(small_config, make_ops(op=leaky_op), CPU)
