@@ -135,8 +135,16 @@ def device_facts(device: torch.device) -> DeviceFacts:
     return facts
 
 
-def cuda_ops(device: torch.device, load_extension: Callable[[], object]) -> BenchOps:
-    """Load the extension (op, floor, derive) and wire the real measurements."""
+OP_PATHS = {"auto": 0, "mma16816": 1, "mma884": 2}  # qpnserve.kernels.ops PATH_*
+
+
+def cuda_ops(
+    device: torch.device, load_extension: Callable[[], object], op_path: str = "auto"
+) -> BenchOps:
+    """Load the extension (op, floor, derive) and wire the real measurements.
+
+    op_path pins the op's inner-product path ("mma884" runs the V100 path on a newer GPU).
+    """
     if not torch.cuda.is_available():
         raise BenchError(
             "bench op needs a CUDA GPU, and torch sees none",
@@ -150,9 +158,20 @@ def cuda_ops(device: torch.device, load_extension: Callable[[], object]) -> Benc
                 f"the loaded extension has no torch.ops.qpnserve.{name}",
                 hint="rebuild it from this checkout: qpnserve build --force",
             )
+    op: Callable[..., None] = ns.awq_moe_m1_out
+    notes = []
+    if op_path != "auto":
+        path = OP_PATHS[op_path]
+        pinned = ns.awq_moe_m1_out_path
+
+        def op(*args: torch.Tensor) -> None:
+            pinned(*args, path)
+
+        notes.append(f"op path pinned to {op_path} (awq_moe_m1_out_path, path={path})")
     timer = GraphTimer()
     return BenchOps(
-        op=ns.awq_moe_m1_out,
+        op=op,
+        notes=notes,
         floor=ns.read_floor_m1,
         derive=ns.derive_input_m1,
         timer=timer,

@@ -34,6 +34,11 @@ def bench_op(
     ),
     rounds: int = typer.Option(3, "--rounds", help="Rounds over all contenders (drift check)."),
     seed: int = typer.Option(0, "--seed", help="Seed of banks, routes and inputs."),
+    op_path: str = typer.Option(
+        "auto",
+        "--op-path",
+        help="Pin the op's inner-product path: auto, mma16816 or mma884 (the V100 path).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Time the op per layer in a CUDA graph against the read floor, the copy bandwidth, a plain
@@ -42,6 +47,8 @@ def bench_op(
 
     if fmt not in ("4byte", "3byte"):
         raise UsageError(f"--format must be 4byte or 3byte, got {fmt!r}")
+    if op_path not in ("auto", "mma16816", "mma884"):
+        raise UsageError(f"--op-path must be auto, mma16816 or mma884, got {op_path!r}")
     for name, value in (("--layers", layers), ("--iters", iters), ("--rounds", rounds)):
         if value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")
@@ -54,7 +61,7 @@ def bench_op(
     from qpnserve.kernels.build import build
 
     device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
-    ops = cuda_ops(device, lambda: build(progress=message))
+    ops = cuda_ops(device, lambda: build(progress=message), op_path)
     meta_format = cast("MetaFormat", fmt)
     cfg = BenchConfig(fmt=meta_format, layers=layers, iters=iters, rounds=rounds, seed=seed)
     report = run_bench(cfg, ops, device, log=message)

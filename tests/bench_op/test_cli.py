@@ -1,0 +1,36 @@
+"""`qpnserve bench op` command line: bad options and a machine without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from qpnserve.cli import app
+
+runner = CliRunner()
+
+
+def test_bench_op_rejects_unknown_format_with_usage_exit() -> None:
+    result = runner.invoke(app, ["bench", "op", "--format", "5byte"])
+    assert result.exit_code == 2
+    assert "--format must be 4byte or 3byte" in result.output
+
+
+def test_bench_op_rejects_unknown_op_path() -> None:
+    result = runner.invoke(app, ["bench", "op", "--op-path", "wmma"])
+    assert result.exit_code == 2
+    assert "--op-path" in result.output
+
+
+def test_bench_op_rejects_zero_layers() -> None:
+    result = runner.invoke(app, ["bench", "op", "--layers", "0"])
+    assert result.exit_code == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")
+def test_bench_op_without_gpu_fails_with_a_hint_not_a_traceback() -> None:
+    result = runner.invoke(app, ["bench", "op"])
+    assert result.exit_code == 1
+    assert "needs a CUDA GPU" in result.output
+    assert "Traceback" not in result.output
