@@ -26,15 +26,18 @@ struct NamedTensor {
   const at::Tensor* t;
 };
 
+// The expected shape is an owning vector: an IntArrayRef over a braced list would dangle once
+// the list's temporary array is gone, and the message below prints it.
 inline void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype,
-                         at::IntArrayRef shape, int64_t align_bytes, const at::Device& device) {
+                         const std::vector<int64_t>& shape, int64_t align_bytes,
+                         const at::Device& device) {
   TORCH_CHECK(t.defined(), "awq_moe_m1_out: ", name, " is undefined");
   TORCH_CHECK(t.device() == device, "awq_moe_m1_out: ", name, " is on ", t.device(),
               " but out is on ", device, " (all arguments must be on one device)");
   TORCH_CHECK(t.scalar_type() == dtype, "awq_moe_m1_out: ", name, " must be ", dtype, ", got ",
               t.scalar_type());
-  TORCH_CHECK(t.sizes() == shape, "awq_moe_m1_out: ", name, " must have shape ", shape, ", got ",
-              t.sizes());
+  TORCH_CHECK(t.sizes() == at::IntArrayRef(shape), "awq_moe_m1_out: ", name, " must have shape ",
+              at::IntArrayRef(shape), ", got ", t.sizes());
   TORCH_CHECK(t.is_contiguous(), "awq_moe_m1_out: ", name, " must be contiguous");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % align_bytes == 0, "awq_moe_m1_out: ",
               name, " must be ", align_bytes, "-byte aligned");

@@ -46,8 +46,27 @@ constexpr int64_t kDiagNoPdl = 16;       // plain launches even on sm_90
 constexpr int64_t kDiagLaunchOnly = 32;  // kernels exit after reading ids
 constexpr int64_t kDiagWarpsShift = 6;   // bits 6-7: kernel A warps (m16n8k16): 0 default 16,
                                          // 1 -> 8, 2 -> 10, 3 -> 20
+constexpr int64_t kTwoKernels = 256;     // the two-kernel form even where the fused one fits
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
-                              (int64_t{3} << kDiagWarpsShift);
+                              (int64_t{3} << kDiagWarpsShift) | kTwoKernels;
+
+// Whether all kFusedCtas CTAs of the fused kernel can be resident at once on this device (then
+// a B unit spinning on the arrival counter can never hold a slot an A unit needs).
+template <bool kMeta3>
+bool fused_fits(int device) {
+  static std::mutex mu;
+  static std::array<int, 64> cache{};  // 0 unknown, 1 no, 2 yes
+  std::lock_guard<std::mutex> lock(mu);
+  if (device < 0 || device >= static_cast<int>(cache.size())) return false;
+  if (cache[device] == 0) {
+    int per_sm = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, qpn::fused_moe_kernel<kMeta3>, qpn::kFusedWarps * 32, 0));
+    const int sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
+    cache[device] = per_sm * sms >= qpn::kFusedCtas ? 2 : 1;
+  }
+  return cache[device] == 2;
+}
 
 template <typename... Params>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, bool pdl,
@@ -69,6 +88,12 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, bool pdl,
 template <bool kMeta3, bool kUse884>
 void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
             int64_t diag) {
+  if (!kUse884 && diag == 0 && fused_fits<kMeta3>(device)) {
+    auto* kernel = qpn::fused_moe_kernel<kMeta3>;
+    const bool pdl = cc_major >= 9 && binary_has_pdl(kernel, device);
+    launch_kernel(kernel, dim3(qpn::kFusedCtas), dim3(qpn::kFusedWarps * 32), pdl, stream, args);
+    return;
+  }
   auto* kernel_a = qpn::w13_swiglu_kernel<kMeta3, kUse884>;
   int warps_a = qpn::warps_a(kUse884);
   if (!kUse884) {

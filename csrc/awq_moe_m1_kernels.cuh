@@ -319,11 +319,11 @@ __device__ __forceinline__ bool route_is_valid(int e, int num_experts) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kernel A: W13 + SwiGLU for one (tile, route). grid (kTiles13, kRoutes), warps_a() * 32 threads.
+// Unit A: W13 + SwiGLU for one (tile, route): 16 values of intermediate[route]. kWarpsA warps
+// (dividing the 80 groups) split K; their FP32 partials meet in shared memory in warp order.
 
-// kWarpsA (default warps_a()) divides the 80 groups; other values exist for tuning runs.
-template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884)>
-__global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_kernel(MoeArgs a) {
+template <bool kMeta3, bool kMma884, int kWarpsA>
+__device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
   constexpr int kG = kGroups13 / kWarpsA;
   constexpr int kDepthA = kG < kMaxDepthA ? kG : kMaxDepthA;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
@@ -331,34 +331,26 @@ __global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_ker
   __shared__ float part[kWarpsA * kParts * kTile];
   __shared__ uint4 xs[kWarpsA][kG * 4];
 
-  // Launched with PDL on sm_90: the previous kernel (the router) may still be running, and it
-  // writes ids and x. Everything below reads them, so wait first; the gain is that this grid
-  // is already resident when the previous one finishes.
-  pdl_wait_primary();
-  // Kernel B only prefetches weights before waiting for us; let it be scheduled at once.
-  pdl_launch_dependents();
-
-  const int tile = blockIdx.x;
-  const int route = blockIdx.y;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int e = a.ids[route];
-  if (a.diag & kDiagLaunchOnly) {
-    if (e == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keeps the ids load alive
-    return;
-  }
   if (!route_is_valid(e, a.num_experts)) {
-    if (threadIdx.x < kTile / 2) a.intermediate[route * kInter + tile * (kTile / 2) + threadIdx.x] = __float2half_rn(0.0f);
+    if (threadIdx.x < kTile / 2) {
+      a.intermediate[route * kInter + tile * (kTile / 2) + threadIdx.x] = __float2half_rn(0.0f);
+    }
     return;
   }
   const int g0 = warp * kG;
   const LaneMap<kMma884> lm(lane);
-  const uint4* codes = reinterpret_cast<const uint4*>(a.w13 + static_cast<long long>(e) * kWords13 +
-                                                      (tile * (kHidden / 8) + 4 * g0) * kTile);
-  const unsigned char* meta = static_cast<const unsigned char*>(a.s13) +
-                              (static_cast<long long>(e) * kGroups13 * kN13 + g0 * kN13 + tile * kTile) * kRecordBytes;
+  const uint4* codes = reinterpret_cast<const uint4*>(
+      a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
+  const unsigned char* meta =
+      static_cast<const unsigned char*>(a.s13) +
+      (static_cast<long long>(e) * kGroups13 * kN13 + g0 * kN13 + tile * kTile) * kRecordBytes;
   // This warp's slice of x (kG groups x 64 B) into shared memory.
-  if (lane < kG * 4) xs[warp][lane] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + lane);
+  for (int i = lane; i < kG * 4; i += 32) {
+    xs[warp][i] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
+  }
   __syncwarp();
 
   WarpAcc<kMma884> acc;
@@ -383,12 +375,11 @@ __global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_ker
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Kernel B: W2 for all routes of one 32-column output tile, then the router-weighted sum.
-// grid (kTiles2), kWarpsB * 32 threads; warp r handles route r.
-
-template <bool kMeta3, bool kMma884>
-__global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
+// Unit B: W2 of all routes for one 32-column output tile, then the router-weighted sum.
+// kWarpsB warps; warp r handles route r. `wait_for_h()` runs after the W2 loads are issued and
+// before h is read (PDL in the two-kernel form, a counter in the fused form).
+template <bool kMeta3, bool kMma884, typename WaitForH>
+__device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
   constexpr int kG = kGroups2;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
@@ -396,33 +387,29 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
   __shared__ float ys[kRoutes * kTile];
   __shared__ uint4 hs[kRoutes][kInter / 8];
 
-  const int tile = blockIdx.x;
   const int route = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int e = a.ids[route];
-  if (a.diag & kDiagLaunchOnly) {
-    if (e == -12345) a.out[0] = __float2half_rn(0.0f);
-    return;
-  }
   const bool valid = route_is_valid(e, a.num_experts);
   const LaneMap<kMma884> lm(lane);
   GroupFrag<kMeta3> f[kG];
   if (valid) {
-    // W2 does not depend on kernel A: stream it in before waiting.
-    const uint4* codes = reinterpret_cast<const uint4*>(a.w2 + static_cast<long long>(e) * kWords2 +
-                                                        tile * (kInter / 8) * kTile);
-    const unsigned char* meta = static_cast<const unsigned char*>(a.s2) +
-                                (static_cast<long long>(e) * kGroups2 * kHidden + tile * kTile) * kRecordBytes;
+    // W2 does not depend on h: stream it in before waiting.
+    const uint4* codes = reinterpret_cast<const uint4*>(
+        a.w2 + static_cast<long long>(e) * kWords2 + tile * (kInter / 8) * kTile);
+    const unsigned char* meta =
+        static_cast<const unsigned char*>(a.s2) +
+        (static_cast<long long>(e) * kGroups2 * kHidden + tile * kTile) * kRecordBytes;
 #pragma unroll
     for (int g = 0; g < kG; ++g) load_group(f[g], codes, meta, kHidden * kRecordBytes, g, lm);
   }
-  // The next layer's kernels may be scheduled now; they wait for our completion themselves.
-  pdl_launch_dependents();
-  pdl_wait_primary();  // kernel A's intermediate is complete and visible after this
+  wait_for_h();
 
   if (valid) {
-    if (lane < kInter / 8)
-      hs[route][lane] = __ldg(reinterpret_cast<const uint4*>(a.intermediate + route * kInter) + lane);
+    // h was written by other CTAs during this launch or the previous one: read it from L2.
+    if (lane < kInter / 8) {
+      hs[route][lane] = __ldcg(reinterpret_cast<const uint4*>(a.intermediate + route * kInter) + lane);
+    }
     __syncwarp();
     WarpAcc<kMma884> acc;
 #pragma unroll
@@ -446,6 +433,107 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
       if (route_is_valid(a.ids[r], a.num_experts)) acc = fmaf(a.weights[r], ys[r * kTile + c], acc);
     }
     a.out[tile * kTile + c] = __float2half_rn(acc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two-kernel form (every arch): kernel A then kernel B. On sm_90 both are programmatic
+// dependents: A's CTAs are resident when the previous kernel ends, B's W2 loads overlap A.
+
+// Kernel A: grid (kTiles13, kRoutes), kWarpsA * 32 threads. kWarpsA other than warps_a() exists
+// for tuning runs.
+template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884)>
+__global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_kernel(MoeArgs a) {
+  // The previous kernel (the router) writes ids and x: wait for it before reading them.
+  pdl_wait_primary();
+  // Kernel B only prefetches weights before waiting for us; let it be scheduled at once.
+  pdl_launch_dependents();
+  if (a.diag & kDiagLaunchOnly) {
+    if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
+    return;
+  }
+  w13_swiglu_unit<kMeta3, kMma884, kWarpsA>(a, blockIdx.x, blockIdx.y);
+}
+
+// Kernel B: grid (kTiles2), kWarpsB * 32 threads.
+template <bool kMeta3, bool kMma884>
+__global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
+  if (a.diag & kDiagLaunchOnly) {
+    if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
+    return;
+  }
+  w2_combine_unit<kMeta3, kMma884>(a, blockIdx.x, [] {
+    // The next layer's kernels may be scheduled now; they wait for our completion themselves.
+    pdl_launch_dependents();
+    pdl_wait_primary();  // kernel A's intermediate is complete and visible after this
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused form (sm_80+, used when all kFusedCtas CTAs can be resident at once, so a waiting CTA
+// can never keep a producing CTA from running): one launch, CTAs [0, 100) run unit A and CTAs
+// [100, 180) unit B. The B CTAs issue their W2 loads at once, then wait on a device-scope
+// arrival counter for all 100 A units. One launch instead of two removes a kernel boundary
+// (about 1.3 us on an H200 in a graph) and lets W2 stream in parallel with W13.
+//
+// The counters live in this module (no allocation per call) and are never reset: call n (n
+// counted from 0 per device) waits for A arrivals to reach (n + 1) * 100; the last B CTA of a
+// call advances the epoch n. Calls on one device must therefore not run concurrently (two
+// streams at once); the route's calls are one per MoE layer on the model's stream.
+
+constexpr int kFusedWarps = kWarpsB;  // 10 warps: unit A then splits K in 8-group slices
+constexpr int kFusedCtasA = kTiles13 * kRoutes;
+constexpr int kFusedCtas = kFusedCtasA + kTiles2;
+
+struct FusedSync {
+  unsigned epoch;       // completed fused calls on this device
+  unsigned a_arrivals;  // unit A completions, all calls
+  unsigned b_done;      // unit B completions, all calls
+};
+__device__ FusedSync g_fused_sync;
+
+__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release_gpu(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+template <bool kMeta3>
+__global__ void __launch_bounds__(kFusedWarps * 32) fused_moe_kernel(MoeArgs a) {
+  __shared__ unsigned epoch_s;
+  pdl_wait_primary();  // ids, x and the previous call's counters are final after this
+  pdl_launch_dependents();
+  if (threadIdx.x == 0) epoch_s = load_acquire_gpu(&g_fused_sync.epoch);
+  __syncthreads();
+  const unsigned epoch = epoch_s;
+  if (blockIdx.x < kFusedCtasA) {
+    w13_swiglu_unit<kMeta3, false, kFusedWarps>(a, blockIdx.x % kTiles13, blockIdx.x / kTiles13);
+    __syncthreads();  // every h store of this CTA happens before the release below
+    if (threadIdx.x == 0) {
+      __threadfence();
+      add_release_gpu(&g_fused_sync.a_arrivals, 1u);
+    }
+    return;
+  }
+  w2_combine_unit<kMeta3, false>(a, blockIdx.x - kFusedCtasA, [epoch] {
+    if (threadIdx.x == 0) {
+      const unsigned target = (epoch + 1u) * static_cast<unsigned>(kFusedCtasA);
+      while (static_cast<int>(load_acquire_gpu(&g_fused_sync.a_arrivals) - target) < 0) {
+      }
+    }
+    __syncthreads();
+  });
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned done = atomicAdd(&g_fused_sync.b_done, 1u);
+    if (done == (epoch + 1u) * static_cast<unsigned>(kTiles2) - 1u) {
+      // Last unit B of this call: every CTA of the call has read the epoch by now.
+      __threadfence();
+      atomicAdd(&g_fused_sync.epoch, 1u);
+    }
   }
 }
 

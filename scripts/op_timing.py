@@ -30,6 +30,7 @@ DIAG = {
     "A8warps": 1 << 6,
     "A10warps": 2 << 6,
     "A20warps": 3 << 6,
+    "two-kernels": 256,
 }
 ROUTE_BYTES = {"4byte": 10 * 768_000, "3byte": 10 * (409_600 + 76_800 + 204_800 + 38_400)}
 

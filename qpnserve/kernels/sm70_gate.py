@@ -31,6 +31,8 @@ KERNELS: tuple[tuple[str, str, bool], ...] = (
     # The m16n8k16 instantiations are compiled into every build but never launched below sm_80.
     ("w13_swiglu 4-byte m16n8k16", "qpn::w13_swiglu_kernel<false, false>", False),
     ("w2_combine 4-byte m16n8k16", "qpn::w2_combine_kernel<false, false>", False),
+    ("fused 4-byte m16n8k16", "qpn::fused_moe_kernel<false>", False),
+    ("fused 3-byte m16n8k16", "qpn::fused_moe_kernel<true>", False),
 )
 
 

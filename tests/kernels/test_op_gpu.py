@@ -1,7 +1,8 @@
 """The CUDA operator against the FP64 oracle (issue 3's "Must show" on a GPU): run with -m gpu.
 
-Both inner-product paths run on the test GPU: PATH_AUTO (m16n8k16 from sm_80) and PATH_MMA884
-(the m8n8k4 path that the sm_70 build uses), so the V100 code's arithmetic is tested too.
+Three forms run on the test GPU: PATH_AUTO (the fused single launch, m16n8k16), the two-kernel
+form (m16n8k16), and PATH_MMA884 (two kernels with the m8n8k4 path that the sm_70 build uses),
+so the V100 code's arithmetic is tested too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from tests.kernels.opcases import (
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_extension")]
 
-PATHS = {"auto": ops.PATH_AUTO, "mma884": ops.PATH_MMA884}
+# auto = the fused single launch on sm_80+; two_kernels = kernels A and B; mma884 = V100 path.
+PATHS = {
+    "auto": ops.PATH_AUTO,
+    "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
+    "mma884": ops.PATH_MMA884,
+}
 DEV = "cuda"
 
 
