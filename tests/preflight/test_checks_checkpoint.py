@@ -168,3 +168,18 @@ def test_check_survives_malformed_config_values(
     results = run(path)
     assert results["checkpoint.config"].status == "FAIL"
     assert results["checkpoint.coverage"].status in ("PASS", "SKIP", "FAIL")
+
+
+def test_check_fails_when_every_moe_layer_is_kept_unquantized(
+    make_ckpt: Callable[..., Path],
+) -> None:
+    import json
+
+    path = make_ckpt("ok", layers=2)
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"]["modules_to_not_convert"] = ["mlp.experts"]
+    (path / "config.json").write_text(json.dumps(config))
+    results = run(path)
+    assert results["checkpoint.coverage"].status == "FAIL"
+    assert "every MoE layer" in results["checkpoint.coverage"].reason
+    assert results["checkpoint.tensors"].status == "SKIP"
