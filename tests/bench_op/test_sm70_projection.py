@@ -46,3 +46,19 @@ def test_projection_v100_occupancy_is_register_limited(proj) -> None:
     assert proj.occupancy(92, 512, 13312) == (1, 16)
     # 40 registers x 256 threads: 51 warps by registers -> 6 CTAs of 8 warps.
     assert proj.occupancy(40, 256, 0) == (6, 48)
+
+
+def test_floor_device_code_compiles_for_sm70_without_spills(proj, tmp_path) -> None:
+    from qpnserve.kernels import sm70_gate
+
+    variants = [(n, p) for n in (2, 16) for p in ("false", "true")]
+    exprs = [f"qpnserve_floor::read_floor_m1_kernel<{n}, {p}>" for n, p in variants]
+    exprs.append("qpnserve_floor::derive_input_m1_kernel")
+    ptx, lowered = proj.nvrtc_ptx(proj.ROOT / "csrc" / "bench_floor.cu", exprs, [])
+    assert "ld.global.cs.v4.u32" in ptx
+    assert "griddepcontrol" not in ptx  # PDL is compiled out below sm_90
+    _, log = proj.ptxas(ptx, tmp_path, "floor")
+    reports = {m: sm70_gate.KernelReport(e, m, True) for e, m in lowered.items()}
+    sm70_gate.parse_ptxas(log, reports)
+    for report in reports.values():
+        assert report.registers > 0 and report.clean and report.stack_bytes == 0, report
