@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, computed_field
 
@@ -97,10 +96,12 @@ def route_problems(
                 )
         if not report.layers:
             problems.append(f"rank {rank}: reports no MoE layer at all")
-        elif expected_layers is not None and len(report.layers) != expected_layers:
+        elif expected_layers is not None and len(report.layers) < expected_layers:
+            # More is fine (an MTP draft layer on the same MoE method reports too, and every
+            # reported layer must still be admitted above); fewer means a layer went unseen.
             problems.append(
                 f"rank {rank}: reports {len(report.layers)} MoE layers, the checkpoint has "
-                f"{expected_layers}"
+                f"{expected_layers} quantized MoE layers"
             )
     for rank in sorted(set(by_rank) - set(range(tp))):
         problems.append(f"a report names rank {rank}, outside TP size {tp}")
@@ -108,23 +109,28 @@ def route_problems(
 
 
 def expected_moe_layers(model: Path) -> int | None:
-    """MoE layers in the checkpoint (config.json, `text_config` or top level); None if unknown.
+    """MoE layers the route must cover (config.json, `text_config` or top level); None if unknown.
 
-    Qwen-style MoE configs: layer i is sparse when it is not in `mlp_only_layers` and
-    (i + 1) % `decoder_sparse_step` == 0; no expert count means no MoE layers to expect.
+    The same layer rules as the preflight (qpnserve.preflight.layout): sparse layers by
+    `mlp_only_layers` and `decoder_sparse_step`, minus the layers whose experts
+    `modules_to_not_convert` keeps unquantized (the host gives those another MoE method, so the
+    plugin never sees them). No expert count means no MoE layers to expect.
     """
+    from qpnserve.preflight import layout
+
     try:
         raw = json.loads((model / "config.json").read_text("utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(raw, dict):
         return None
-    nested = raw.get("text_config")
-    text: dict[str, Any] = nested if isinstance(nested, dict) else raw
-    num_layers = text.get("num_hidden_layers")
-    if not isinstance(num_layers, int) or not text.get("num_experts"):
+    text = layout.text_config(raw)
+    if not isinstance(text.get("num_hidden_layers"), int) or not text.get("num_experts"):
         return None
-    step = text.get("decoder_sparse_step", 1)
-    step = step if isinstance(step, int) and step > 0 else 1
-    dense = set(text.get("mlp_only_layers") or [])
-    return sum(1 for i in range(num_layers) if i not in dense and (i + 1) % step == 0)
+    quant = layout.quant_config(raw) or {}
+    not_convert = [m for m in quant.get("modules_to_not_convert") or [] if isinstance(m, str)]
+    return sum(
+        1
+        for i in layout.moe_layer_indices(text)
+        if not layout.layer_excluded(layout.DEFAULT_LAYER_PREFIX, i, not_convert)
+    )

@@ -49,7 +49,23 @@ def test_layer_count_short_of_the_checkpoint_is_a_problem() -> None:
     problems = route_problems(
         [report(r, layers=47) for r in range(4)], tp=4, expected_layers=48, server_pids=set()
     )
-    assert "rank 0: reports 47 MoE layers, the checkpoint has 48" in problems
+    assert "rank 0: reports 47 MoE layers, the checkpoint has 48 quantized MoE layers" in problems
+
+
+def test_an_extra_admitted_layer_such_as_an_mtp_draft_is_not_a_problem() -> None:
+    reports = [report(r, layers=49) for r in range(4)]
+    assert route_problems(reports, tp=4, expected_layers=48, server_pids=set()) == []
+
+
+def test_expected_layers_leave_out_experts_kept_unquantized(tmp_path: Path) -> None:
+    config = {
+        "text_config": {"num_hidden_layers": 4, "num_experts": 512},
+        "quantization_config": {
+            "modules_to_not_convert": ["model.language_model.layers.0.mlp.experts"]
+        },
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert expected_moe_layers(tmp_path) == 3
 
 
 def test_report_from_a_process_outside_the_server_is_refused() -> None:
