@@ -12,6 +12,10 @@
 #include <vector>
 
 namespace qpnserve {
+// Internal linkage: this header is compiled by the host compiler (awq_moe_m1.cpp) and through
+// nvcc (awq_moe_m1_cuda.cu); each translation unit keeps its own copy instead of the linker
+// merging two separately compiled inline definitions.
+namespace {
 
 constexpr int64_t kHidden = 2560;
 constexpr int64_t kInter = 160;
@@ -103,4 +107,5 @@ inline MetaFormat check_args(const at::Tensor& out, const at::Tensor& intermedia
   return format;
 }
 
+}  // namespace
 }  // namespace qpnserve

@@ -47,8 +47,11 @@ constexpr int64_t kDiagLaunchOnly = 32;  // kernels exit after reading ids
 constexpr int64_t kDiagWarpsShift = 6;   // bits 6-7: kernel A warps (m16n8k16): 0 default 16,
                                          // 1 -> 8, 2 -> 10, 3 -> 20
 constexpr int64_t kTwoKernels = 256;     // the two-kernel form even where the fused one fits
+constexpr int64_t kForceFused = 512;     // the fused form wherever it fits
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
-                              (int64_t{3} << kDiagWarpsShift) | kTwoKernels;
+                              (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused;
+// Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py).
+constexpr bool kPreferFused = true;
 
 // Whether all kFusedCtas CTAs of the fused kernel can be resident at once on this device (then
 // a B unit spinning on the arrival counter can never hold a slot an A unit needs).
@@ -88,7 +91,8 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, bool pdl,
 template <bool kMeta3, bool kUse884>
 void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
             int64_t diag) {
-  if (!kUse884 && diag == 0 && fused_fits<kMeta3>(device)) {
+  const bool want_fused = !kUse884 && (diag == kForceFused || (diag == 0 && kPreferFused));
+  if (want_fused && fused_fits<kMeta3>(device)) {
     auto* kernel = qpn::fused_moe_kernel<kMeta3>;
     const bool pdl = cc_major >= 9 && binary_has_pdl(kernel, device);
     launch_kernel(kernel, dim3(qpn::kFusedCtas), dim3(qpn::kFusedWarps * 32), pdl, stream, args);

@@ -50,12 +50,17 @@ constexpr int kWarpsB = kRoutes;
 // Kernel A's loads in flight per warp, in groups (512 B of codes + metadata each). V100 needs
 // only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (2 CTAs x 256 threads x
 // 3 groups x 32 B = 48 KB here); sm_80+ issues all of a warp's loads at once.
+// Kernel B's register cap: on sm_80+ three CTAs' worth (<= 64 registers) so that one B CTA fits
+// on an SM beside a 16-warp A CTA (4 A warps x 80 registers + 3 B warps x 64 per SM
+// sub-partition = its 16K registers): B's W2 loads then stream while A runs (PDL).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr int kMaxDepthA = 3;
 #define QPN_A_MIN_BLOCKS 2
+#define QPN_B_MIN_BLOCKS 1
 #else
 constexpr int kMaxDepthA = kGroups13;
 #define QPN_A_MIN_BLOCKS 1
+#define QPN_B_MIN_BLOCKS 3
 #endif
 
 struct MoeArgs {
@@ -457,7 +462,7 @@ __global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_ker
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
 template <bool kMeta3, bool kMma884>
-__global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
+__global__ void __launch_bounds__(kWarpsB * 32, QPN_B_MIN_BLOCKS) w2_combine_kernel(MoeArgs a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
@@ -512,16 +517,15 @@ __global__ void __launch_bounds__(kFusedWarps * 32) fused_moe_kernel(MoeArgs a) 
   if (blockIdx.x < kFusedCtasA) {
     w13_swiglu_unit<kMeta3, false, kFusedWarps>(a, blockIdx.x % kTiles13, blockIdx.x / kTiles13);
     __syncthreads();  // every h store of this CTA happens before the release below
-    if (threadIdx.x == 0) {
-      __threadfence();
-      add_release_gpu(&g_fused_sync.a_arrivals, 1u);
-    }
+    if (threadIdx.x == 0) add_release_gpu(&g_fused_sync.a_arrivals, 1u);
     return;
   }
   w2_combine_unit<kMeta3, false>(a, blockIdx.x - kFusedCtasA, [epoch] {
     if (threadIdx.x == 0) {
       const unsigned target = (epoch + 1u) * static_cast<unsigned>(kFusedCtasA);
+      // Back off between polls so 80 pollers do not crowd the line the 100 arrivals update.
       while (static_cast<int>(load_acquire_gpu(&g_fused_sync.a_arrivals) - target) < 0) {
+        __nanosleep(64);
       }
     }
     __syncthreads();

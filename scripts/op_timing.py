@@ -31,6 +31,7 @@ DIAG = {
     "A10warps": 2 << 6,
     "A20warps": 3 << 6,
     "two-kernels": 256,
+    "fused": 512,
 }
 ROUTE_BYTES = {"4byte": 10 * 768_000, "3byte": 10 * (409_600 + 76_800 + 204_800 + 38_400)}
 

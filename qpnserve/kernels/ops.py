@@ -21,8 +21,9 @@ PATH_OP_NAME = "qpnserve::awq_moe_m1_out_path"
 PATH_AUTO = 0  # m8n8k4 (HMMA.884) below sm_80, m16n8k16 from sm_80
 PATH_MMA16816 = 1
 PATH_MMA884 = 2  # the V100 path; also runs on newer GPUs, so it can be tested there
-# Flag: the two-kernel form even where the fused single-launch form fits (sm_80+).
+# Flags (sm_80+): the two-kernel form, or the fused single-launch form where all its CTAs fit.
 PATH_TWO_KERNELS = 256
+PATH_FUSED = 512
 
 _fake_lock = threading.Lock()
 _fake_registered = False

@@ -1,6 +1,6 @@
 """The CUDA operator against the FP64 oracle (issue 3's "Must show" on a GPU): run with -m gpu.
 
-Three forms run on the test GPU: PATH_AUTO (the fused single launch, m16n8k16), the two-kernel
+Three forms run on the test GPU: the fused single launch (m16n8k16), the two-kernel
 form (m16n8k16), and PATH_MMA884 (two kernels with the m8n8k4 path that the sm_70 build uses),
 so the V100 code's arithmetic is tested too.
 """
@@ -25,9 +25,9 @@ from tests.kernels.opcases import (
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_extension")]
 
-# auto = the fused single launch on sm_80+; two_kernels = kernels A and B; mma884 = V100 path.
+# fused = one launch (sm_80+); two_kernels = kernels A and B; mma884 = the V100 path (two kernels).
 PATHS = {
-    "auto": ops.PATH_AUTO,
+    "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
     "mma884": ops.PATH_MMA884,
 }
