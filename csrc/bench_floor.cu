@@ -44,6 +44,25 @@ __device__ __forceinline__ Vec16 load_streaming(const Vec16* ptr) {
   return v;
 }
 
+// The same load with no L1 allocation and a 256-byte L2 prefetch (sm_80+; elsewhere the
+// streaming load): fewer, larger DRAM requests may start the stream sooner.
+__device__ __forceinline__ Vec16 load_prefetch256(const Vec16* ptr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  Vec16 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.a), "=r"(v.b), "=r"(v.c), "=r"(v.d)
+      : "l"(ptr));
+  return v;
+#else
+  return load_streaming(ptr);
+#endif
+}
+
+template <int kHint>
+__device__ __forceinline__ Vec16 load_vec(const Vec16* ptr) {
+  return kHint == 1 ? load_prefetch256(ptr) : load_streaming(ptr);
+}
+
 // Programmatic dependent launch (sm_90+): a no-op on older targets, where the launcher never
 // sets the launch attribute either.
 __device__ __forceinline__ void wait_for_previous_grid() {
@@ -83,7 +102,7 @@ __device__ __forceinline__ int chunks_of(int vecs, int per_block) {
 // w13:    (512, 2560, 40) int32 as 16-byte vectors;  s13: (512, 80, 320) int32 or (..., 3) uint8
 // w2:     (512, 160, 320) int32 as 16-byte vectors;   s2:  (512, 5, 2560) int32 or (..., 3) uint8
 // ids:    (1, 10) int32; an id outside [0, 512) reads nothing, as in the op
-template <int kLoads, bool kPdl>
+template <int kLoads, bool kPdl, int kHint = 0>
 __global__ void __launch_bounds__(kFloorThreads)
     read_floor_m1_kernel(unsigned* __restrict__ sink, const Vec16* __restrict__ w13,
                          const Vec16* __restrict__ s13, const Vec16* __restrict__ w2,
@@ -120,12 +139,12 @@ __global__ void __launch_bounds__(kFloorThreads)
       // A full chunk (all but the last of each segment): no predicates, so ptxas issues all
       // kLoads loads back to back before the first add.
 #pragma unroll
-      for (int u = 0; u < kLoads; ++u) v[u] = load_streaming(base + first + u * kFloorThreads);
+      for (int u = 0; u < kLoads; ++u) v[u] = load_vec<kHint>(base + first + u * kFloorThreads);
     } else {
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
         const int i = first + u * kFloorThreads;
-        v[u] = i < len ? load_streaming(base + i) : Vec16{0u, 0u, 0u, 0u};
+        v[u] = i < len ? load_vec<kHint>(base + i) : Vec16{0u, 0u, 0u, 0u};
       }
     }
 #pragma unroll
@@ -182,18 +201,20 @@ __global__ void __launch_bounds__(kDeriveThreads)
 
 // Explicit instantiations, so a device-only compile (NVRTC for the sm_70 projection) emits
 // every variant the launcher can pick.
-#define QPNSERVE_FLOOR_INSTANTIATE(LOADS, PDL)                                               \
-  template __global__ void read_floor_m1_kernel<LOADS, PDL>(                                 \
+#define QPNSERVE_FLOOR_INSTANTIATE(LOADS, PDL, HINT)                                          \
+  template __global__ void read_floor_m1_kernel<LOADS, PDL, HINT>(                           \
       unsigned* __restrict__, const Vec16* __restrict__, const Vec16* __restrict__,          \
       const Vec16* __restrict__, const Vec16* __restrict__, const int* __restrict__, int, int);
-QPNSERVE_FLOOR_INSTANTIATE(2, false)
-QPNSERVE_FLOOR_INSTANTIATE(4, false)
-QPNSERVE_FLOOR_INSTANTIATE(8, false)
-QPNSERVE_FLOOR_INSTANTIATE(16, false)
-QPNSERVE_FLOOR_INSTANTIATE(2, true)
-QPNSERVE_FLOOR_INSTANTIATE(4, true)
-QPNSERVE_FLOOR_INSTANTIATE(8, true)
-QPNSERVE_FLOOR_INSTANTIATE(16, true)
+#define QPNSERVE_FLOOR_INSTANTIATE_LOADS(PDL, HINT) \
+  QPNSERVE_FLOOR_INSTANTIATE(2, PDL, HINT)          \
+  QPNSERVE_FLOOR_INSTANTIATE(4, PDL, HINT)          \
+  QPNSERVE_FLOOR_INSTANTIATE(8, PDL, HINT)          \
+  QPNSERVE_FLOOR_INSTANTIATE(16, PDL, HINT)
+QPNSERVE_FLOOR_INSTANTIATE_LOADS(false, 0)
+QPNSERVE_FLOOR_INSTANTIATE_LOADS(true, 0)
+QPNSERVE_FLOOR_INSTANTIATE_LOADS(false, 1)
+QPNSERVE_FLOOR_INSTANTIATE_LOADS(true, 1)
+#undef QPNSERVE_FLOOR_INSTANTIATE_LOADS
 #undef QPNSERVE_FLOOR_INSTANTIATE
 
 }  // namespace qpnserve_floor
@@ -241,16 +262,29 @@ void launch(Kernel kernel, dim3 grid, dim3 block, bool pdl, cudaStream_t stream,
   TORCH_CHECK(status == cudaSuccess, "launch failed: ", cudaGetErrorString(status));
 }
 
-template <int kLoads>
-void launch_floor(bool pdl, dim3 grid, cudaStream_t stream, unsigned* sink, const Vec16* w13,
-                  const Vec16* s13, const Vec16* w2, const Vec16* s2, const int* ids,
-                  int s13_vecs, int s2_vecs) {
+template <int kLoads, int kHint>
+void launch_floor_hint(bool pdl, dim3 grid, cudaStream_t stream, unsigned* sink,
+                       const Vec16* w13, const Vec16* s13, const Vec16* w2, const Vec16* s2,
+                       const int* ids, int s13_vecs, int s2_vecs) {
   if (pdl) {
-    launch(read_floor_m1_kernel<kLoads, true>, grid, dim3(kFloorThreads), true, stream, sink,
-           w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
+    launch(read_floor_m1_kernel<kLoads, true, kHint>, grid, dim3(kFloorThreads), true, stream,
+           sink, w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
   } else {
-    launch(read_floor_m1_kernel<kLoads, false>, grid, dim3(kFloorThreads), false, stream, sink,
-           w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
+    launch(read_floor_m1_kernel<kLoads, false, kHint>, grid, dim3(kFloorThreads), false, stream,
+           sink, w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
+  }
+}
+
+template <int kLoads>
+void launch_floor(bool pdl, int64_t hint, dim3 grid, cudaStream_t stream, unsigned* sink,
+                  const Vec16* w13, const Vec16* s13, const Vec16* w2, const Vec16* s2,
+                  const int* ids, int s13_vecs, int s2_vecs) {
+  if (hint == 1) {
+    launch_floor_hint<kLoads, 1>(pdl, grid, stream, sink, w13, s13, w2, s2, ids, s13_vecs,
+                                 s2_vecs);
+  } else {
+    launch_floor_hint<kLoads, 0>(pdl, grid, stream, sink, w13, s13, w2, s2, ids, s13_vecs,
+                                 s2_vecs);
   }
 }
 
@@ -277,7 +311,10 @@ int64_t read_floor_m1_sink_len(int64_t loads_per_thread, bool three_byte) {
 
 void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s13,
                    const at::Tensor& w2, const at::Tensor& s2, const at::Tensor& ids,
-                   int64_t loads_per_thread, bool pdl) {
+                   int64_t loads_per_thread, bool pdl, int64_t cache_hint) {
+  TORCH_CHECK(cache_hint == 0 || cache_hint == 1,
+              "cache_hint must be 0 (ld.global.cs) or 1 (L1 no-allocate, L2 256 B prefetch), got ",
+              cache_hint);
   TORCH_CHECK(loads_per_thread == 2 || loads_per_thread == 4 || loads_per_thread == 8 ||
                   loads_per_thread == 16,
               "loads_per_thread must be 2, 4, 8 or 16, got ", loads_per_thread);
@@ -323,25 +360,15 @@ void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s1
   auto* w2_ptr = reinterpret_cast<const Vec16*>(w2.data_ptr());
   auto* s2_ptr = reinterpret_cast<const Vec16*>(s2.data_ptr());
   const int* ids_ptr = ids.data_ptr<int>();
+  auto run = [&](auto launcher) {
+    launcher(pdl, cache_hint, grid, stream, sink_ptr, w13_ptr, s13_ptr, w2_ptr, s2_ptr, ids_ptr,
+             s13_vecs, s2_vecs);
+  };
   switch (loads_per_thread) {
-    case 2:
-      launch_floor<2>(pdl, grid, stream, sink_ptr, w13_ptr, s13_ptr, w2_ptr, s2_ptr, ids_ptr,
-                      s13_vecs, s2_vecs);
-      break;
-    case 4:
-      launch_floor<4>(pdl, grid, stream, sink_ptr, w13_ptr, s13_ptr, w2_ptr, s2_ptr, ids_ptr,
-                      s13_vecs, s2_vecs);
-      break;
-    case 8:
-      launch_floor<8>(pdl, grid, stream, sink_ptr, w13_ptr, s13_ptr, w2_ptr, s2_ptr, ids_ptr,
-                      s13_vecs, s2_vecs);
-      break;
-    case 16:
-      launch_floor<16>(pdl, grid, stream, sink_ptr, w13_ptr, s13_ptr, w2_ptr, s2_ptr, ids_ptr,
-                       s13_vecs, s2_vecs);
-      break;
-    default:
-      TORCH_CHECK(false, "loads_per_thread must be 2, 4, 8 or 16, got ", loads_per_thread);
+    case 2: run(launch_floor<2>); break;
+    case 4: run(launch_floor<4>); break;
+    case 8: run(launch_floor<8>); break;
+    default: run(launch_floor<16>); break;  // 16: the only value left after the check above
   }
 }
 
@@ -375,7 +402,7 @@ void derive_input_m1(at::Tensor& x_next, at::Tensor& ids_next, at::Tensor& weigh
 TORCH_LIBRARY_FRAGMENT(qpnserve, m) {
   m.def(
       "read_floor_m1(Tensor(a!) sink, Tensor w13, Tensor s13, Tensor w2, Tensor s2, "
-      "Tensor ids, int loads_per_thread=8, bool pdl=False) -> ()");
+      "Tensor ids, int loads_per_thread=8, bool pdl=False, int cache_hint=0) -> ()");
   m.def(
       "derive_input_m1(Tensor(a!) x_next, Tensor(b!) ids_next, Tensor(c!) weights_next, "
       "Tensor out_prev, Tensor seed, Tensor ids_src, Tensor weights_src) -> ()");

@@ -134,12 +134,43 @@ def op_contender(op: Callable[..., None]) -> Contender:
     return run
 
 
-def floor_contender(floor: Callable[..., None], loads_per_thread: int, pdl: bool) -> Contender:
-    """read_floor_m1(sink, w13, s13, w2, s2, ids, loads_per_thread, pdl)."""
+@dataclass(frozen=True)
+class FloorConfig:
+    """One launch variant of read_floor_m1 (csrc/bench_floor.cu)."""
+
+    loads_per_thread: int  # 16-byte loads each thread issues before any use: 2, 4, 8, 16
+    pdl: bool  # programmatic dependent launch (sm_90+)
+    cache_hint: int = 0  # 0: ld.global.cs; 1: L1 no-allocate + 256 B L2 prefetch (sm_80+)
+
+    @property
+    def label(self) -> str:
+        return (
+            f"L{self.loads_per_thread}{'+pdl' if self.pdl else ''}"
+            f"{'+pf256' if self.cache_hint == 1 else ''}"
+        )
+
+    @property
+    def what(self) -> str:
+        hint = ", L1 no-allocate + L2 256 B prefetch" if self.cache_hint == 1 else ""
+        return f"{self.loads_per_thread} x 16 B loads per thread{', PDL' if self.pdl else ''}{hint}"
+
+
+def floor_contender(floor: Callable[..., None], config: FloorConfig) -> Contender:
+    """read_floor_m1(sink, w13, s13, w2, s2, ids, loads_per_thread, pdl, cache_hint)."""
 
     def run(state: LayerState) -> None:
         assert state.sink is not None
         b = state.banks
-        floor(state.sink, b.w13, b.s13, b.w2, b.s2, state.ids, loads_per_thread, pdl)
+        floor(
+            state.sink,
+            b.w13,
+            b.s13,
+            b.w2,
+            b.s2,
+            state.ids,
+            config.loads_per_thread,
+            config.pdl,
+            config.cache_hint,
+        )
 
     return run

@@ -41,6 +41,7 @@ class ContenderResult(BaseModel):
 class FloorVariant(BaseModel):
     loads_per_thread: int
     pdl: bool
+    cache_hint: int = 0  # 0: ld.global.cs; 1: L1 no-allocate + L2 256 B prefetch
     layer_median_us: float | None
     net_us: float | None
     error: str | None = None
@@ -231,7 +232,7 @@ def render_table(report: BenchOpReport) -> str:
         f"torch route {r.torch_route_to_op:.1f}x op; dense fp16 {r.dense_fp16_to_op:.2f}x op"
     )
     best = ", ".join(
-        f"L{v.loads_per_thread}{'+pdl' if v.pdl else ''} "
+        f"L{v.loads_per_thread}{'+pdl' if v.pdl else ''}{'+pf256' if v.cache_hint else ''} "
         + (f"{v.net_us:.2f}" if v.net_us is not None else f"failed: {v.error}")
         for v in report.floor_variants
     )

@@ -24,6 +24,7 @@ from qpnserve.benchop.checks import (
 )
 from qpnserve.benchop.contenders import (
     Derive,
+    FloorConfig,
     LayerState,
     dense_fp16,
     floor_contender,
@@ -57,8 +58,11 @@ class BenchConfig:
     warmup: int = 5
     seed: int = 0
     num_experts: int = NUM_EXPERTS  # tests use fewer on a CPU
-    floor_variants: tuple[tuple[int, bool], ...] = tuple(
-        (loads, pdl) for pdl in (False, True) for loads in FLOOR_LOADS_PER_THREAD
+    floor_variants: tuple[FloorConfig, ...] = tuple(
+        FloorConfig(loads, pdl, hint)
+        for hint in (0, 1)
+        for pdl in (False, True)
+        for loads in FLOOR_LOADS_PER_THREAD
     )
 
 
@@ -124,10 +128,10 @@ def run_bench(
     eager_out = [st.out.clone() for st in op_states]
     eager_h = [st.intermediate.clone() for st in op_states]
 
-    variants = [(n, p) for n, p in cfg.floor_variants if ops.pdl_supported or not p]
-    sink_len = max(floor_sink_len(cfg.fmt, n) for n, _ in variants)
+    variants = [v for v in cfg.floor_variants if ops.pdl_supported or not v.pdl]
+    sink_len = max(floor_sink_len(cfg.fmt, v.loads_per_thread) for v in variants)
     floor_states = _states(layers, device, sink_len)
-    floor_runs = {(n, p): floor_contender(ops.floor, n, p) for n, p in variants}
+    floor_runs = {v: floor_contender(ops.floor, v) for v in variants}
     log("checking that each read-floor variant reads every routed byte once")
     for run in floor_runs.values():
         verify_floor(floor_states, ops.derive, run)
@@ -137,9 +141,9 @@ def run_bench(
     empty_layers = [replace(b, route_ids=torch.full_like(b.route_ids, -1)) for b in layers]
     op_empty_states = _states(empty_layers, device)
     verify_all_invalid(op_empty_states, ops.derive, op_run)
-    empty_floor = (4, ops.pdl_supported)
+    empty_floor = FloorConfig(4, ops.pdl_supported)
     floor_empty_states = _states(empty_layers, device, sink_len)
-    floor_empty_run = floor_contender(ops.floor, *empty_floor)
+    floor_empty_run = floor_contender(ops.floor, empty_floor)
     verify_floor(floor_empty_states, ops.derive, floor_empty_run)
 
     torch_states = _states(layers, device)
@@ -158,8 +162,8 @@ def run_bench(
         "torch_route": record_chain(torch_states, ops.derive, torch_route),
         "dense_fp16": record_chain(dense_states, ops.derive, dense_fp16),
     }
-    for (n, p), run in floor_runs.items():
-        recorders[f"floor:{n}:{p}"] = record_chain(floor_states, ops.derive, run)
+    for v, run in floor_runs.items():
+        recorders[f"floor:{v.label}"] = record_chain(floor_states, ops.derive, run)
     recorders["op_empty"] = record_chain(op_empty_states, ops.derive, op_run)
     recorders["floor_empty"] = record_chain(floor_empty_states, ops.derive, floor_empty_run)
     samples: dict[str, list[float]] = {name: [] for name in recorders}
@@ -190,7 +194,7 @@ def run_bench(
 
     derive_us = rpt.spread(samples["derive"]).median_us
     result = _results(
-        cfg,
+        variants,
         rb.per_call,
         copy_gb_s,
         derive_us,
@@ -220,7 +224,7 @@ def run_bench(
         empty_routes=rpt.EmptyRoutes(
             op_net_us=rpt.spread(samples["op_empty"]).median_us - derive_us,
             floor_net_us=rpt.spread(samples["floor_empty"]).median_us - derive_us,
-            floor_variant=f"{empty_floor[0]} loads per thread{', PDL' if empty_floor[1] else ''}",
+            floor_variant=empty_floor.what,
         ),
         device=ops.facts(),
         notes=list(ops.notes),
@@ -228,7 +232,7 @@ def run_bench(
 
 
 def _results(
-    cfg: BenchConfig,
+    variants_run: Sequence[FloorConfig],
     per_call: int,
     copy_gb_s: float,
     derive_us: float,
@@ -250,41 +254,29 @@ def _results(
         )
 
     variants = []
-    best_key = None
+    best: FloorConfig | None = None
     best_us = float("inf")
-    for key in samples:
-        if not key.startswith("floor:"):
-            continue
-        _, loads, pdl = key.split(":")
-        if key in errors or not samples[key]:
-            variants.append(
-                rpt.FloorVariant(
-                    loads_per_thread=int(loads),
-                    pdl=pdl == "True",
-                    layer_median_us=None,
-                    net_us=None,
-                    error=errors.get(key, "no samples"),
-                )
-            )
-            continue
-        median = rpt.spread(samples[key]).median_us
+    for v in variants_run:
+        key = f"floor:{v.label}"
+        median = rpt.spread(samples[key]).median_us if samples[key] else None
         variants.append(
             rpt.FloorVariant(
-                loads_per_thread=int(loads),
-                pdl=pdl == "True",
-                layer_median_us=median,
-                net_us=median - derive_us,
+                loads_per_thread=v.loads_per_thread,
+                pdl=v.pdl,
+                cache_hint=v.cache_hint,
+                layer_median_us=None if key in errors else median,
+                net_us=None if key in errors or median is None else median - derive_us,
+                error=errors.get(key, None if median is not None else "no samples"),
             )
         )
+        if key in errors or median is None:
+            continue
         if median < best_us:
-            best_key, best_us = key, median
-    if best_key is None:
+            best, best_us = v, median
+    if best is None:
         raise BenchError("no read-floor variant could be timed: " + "; ".join(errors.values()))
-    _, loads, pdl = best_key.split(":")
-    floor_what = (
-        f"read_floor_m1, fastest variant: {loads} x 16 B loads per thread"
-        f"{', PDL' if pdl == 'True' else ''}"
-    )
+    best_key = f"floor:{best.label}"
+    floor_what = f"read_floor_m1, fastest variant: {best.what}"
     op_res = result("op", "qpnserve::awq_moe_m1_out", "op", per_call, op_verified)
     floor_res = result(
         "floor",

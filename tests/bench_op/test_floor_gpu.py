@@ -24,13 +24,14 @@ def ops():
 
 @pytest.mark.parametrize("fmt", ["4byte", "3byte"])
 @pytest.mark.parametrize("loads", FLOOR_LOADS_PER_THREAD)
-def test_floor_reads_every_routed_word_once(ops, fmt: str, loads: int) -> None:
+@pytest.mark.parametrize("cache_hint", [0, 1])
+def test_floor_reads_every_routed_word_once(ops, fmt: str, loads: int, cache_hint: int) -> None:
     gen = torch.Generator(device="cuda").manual_seed(loads)
     layer = make_layer(fmt, gen, torch.device("cuda"))
     ids = layer.route_ids.clone()
     ids[0, 3] = -1  # an invalid route reads nothing, as in the op
     sink = torch.full((floor_sink_len(fmt, loads),), 7, dtype=torch.int32, device="cuda")
-    ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, ids, loads, False)
+    ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, ids, loads, False, cache_hint)
     assert int(sink.to(torch.int64).sum()) & 0xFFFFFFFF == floor_expected_sum(
         layer, layer.route_ids[:, [0, 1, 2, 4, 5, 6, 7, 8, 9]]
     )

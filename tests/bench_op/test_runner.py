@@ -24,7 +24,8 @@ def test_bench_reports_ratios_from_scripted_times(small_config: BenchConfig) -> 
     assert report.floor.what.startswith("read_floor_m1, fastest variant: 8 x 16 B")
     assert report.route_bytes.per_call == 7_680_000
     assert report.op.effective_gb_s == pytest.approx(7_680_000 / 4.0 / 1e3)
-    assert [v.loads_per_thread for v in report.floor_variants] == [2, 4, 8, 16]
+    assert [v.loads_per_thread for v in report.floor_variants] == [2, 4, 8, 16] * 2
+    assert [v.cache_hint for v in report.floor_variants] == [0] * 4 + [1] * 4
     assert report.op.verified.startswith("all 2 layers within contract bounds")
     assert report.empty_routes is not None  # timed after the floors: scripted 0.002 and 0.010
     assert report.empty_routes.op_net_us == pytest.approx(0.0)
@@ -69,8 +70,8 @@ def test_bench_refuses_op_whose_replay_differs_from_eager(small_config: BenchCon
 
 
 def test_bench_rejects_floor_that_skips_a_route(small_config: BenchConfig) -> None:
-    def lazy_floor(sink, w13, s13, w2, s2, ids, loads, pdl) -> None:
-        python_floor(sink, w13, s13, w2, s2, ids[:, :9].contiguous(), loads, pdl)
+    def lazy_floor(sink, w13, s13, w2, s2, ids, loads, pdl, hint) -> None:
+        python_floor(sink, w13, s13, w2, s2, ids[:, :9].contiguous(), loads, pdl, hint)
 
     with pytest.raises(BenchError, match="did not read the routed bytes exactly once"):
         run_bench(small_config, make_ops(floor=lazy_floor), CPU)
