@@ -73,8 +73,19 @@ def test_bench_rejects_floor_that_skips_a_route(small_config: BenchConfig) -> No
     def lazy_floor(sink, w13, s13, w2, s2, ids, loads, pdl, hint) -> None:
         python_floor(sink, w13, s13, w2, s2, ids[:, :9].contiguous(), loads, pdl, hint)
 
-    with pytest.raises(BenchError, match="did not read the routed bytes exactly once"):
+    with pytest.raises(BenchError, match="no read-floor variant read the routed bytes"):
         run_bench(small_config, make_ops(floor=lazy_floor), CPU)
+
+
+def test_bench_drops_only_the_floor_variant_that_misreads(small_config: BenchConfig) -> None:
+    def one_bad_variant(sink, w13, s13, w2, s2, ids, loads, pdl, hint) -> None:
+        subset = ids[:, :9].contiguous() if (loads, hint) == (8, 1) else ids
+        python_floor(sink, w13, s13, w2, s2, subset, loads, pdl, hint)
+
+    report = run_bench(small_config, make_ops(floor=one_bad_variant), CPU)
+    bad = [v for v in report.floor_variants if v.error]
+    assert [(v.loads_per_thread, v.cache_hint) for v in bad] == [(8, 1)]
+    assert bad[0].net_us is None and "did not read the routed bytes" in (bad[0].error or "")
 
 
 def test_bench_checks_3byte_banks_too() -> None:
