@@ -59,8 +59,15 @@ class BenchConfig:
     seed: int = 0
     num_experts: int = NUM_EXPERTS  # tests use fewer on a CPU
     floor_variants: tuple[FloorConfig, ...] = tuple(
+        FloorConfig(loads, pdl) for pdl in (False, True) for loads in FLOOR_LOADS_PER_THREAD
+    )
+
+
+def floor_variants(cache_hints: Sequence[int] = (0,)) -> tuple[FloorConfig, ...]:
+    """Every load depth x PDL off/on x the given cache hints."""
+    return tuple(
         FloorConfig(loads, pdl, hint)
-        for hint in (0, 1)
+        for hint in cache_hints
         for pdl in (False, True)
         for loads in FLOOR_LOADS_PER_THREAD
     )

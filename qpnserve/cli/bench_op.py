@@ -39,6 +39,11 @@ def bench_op(
         "--op-path",
         help="Pin the op's inner-product path: auto, mma16816 or mma884 (the V100 path).",
     ),
+    prefetch_floor: bool = typer.Option(
+        False,
+        "--prefetch-floor",
+        help="Also time read-floor variants with L1 no-allocate + L2 256 B prefetch loads.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Time the op per layer in a CUDA graph against the read floor, the copy bandwidth, a plain
@@ -57,13 +62,20 @@ def bench_op(
 
     from qpnserve.benchop.cuda import cuda_ops
     from qpnserve.benchop.report import render_table
-    from qpnserve.benchop.runner import BenchConfig, run_bench
+    from qpnserve.benchop.runner import BenchConfig, floor_variants, run_bench
     from qpnserve.kernels.build import build
 
     device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
     ops = cuda_ops(device, lambda: build(progress=message), op_path)
     meta_format = cast("MetaFormat", fmt)
-    cfg = BenchConfig(fmt=meta_format, layers=layers, iters=iters, rounds=rounds, seed=seed)
+    cfg = BenchConfig(
+        fmt=meta_format,
+        layers=layers,
+        iters=iters,
+        rounds=rounds,
+        seed=seed,
+        floor_variants=floor_variants((0, 1) if prefetch_floor else (0,)),
+    )
     report = run_bench(cfg, ops, device, log=message)
     message(render_table(report))
     if as_json:

@@ -11,7 +11,7 @@ import torch
 from qpnserve.benchop.banks import LayerBanks, floor_expected_sum, reference_route
 from qpnserve.benchop.contenders import derive_torch
 from qpnserve.benchop.report import DeviceFacts
-from qpnserve.benchop.runner import BenchConfig, BenchOps
+from qpnserve.benchop.runner import BenchConfig, BenchOps, floor_variants
 
 NUM_EXPERTS = 12  # the op's geometry per expert, with few experts so the CPU copes
 
@@ -63,7 +63,15 @@ def facts() -> DeviceFacts:
 
 @pytest.fixture
 def small_config() -> BenchConfig:
-    return BenchConfig(fmt="4byte", layers=1, iters=3, rounds=1, warmup=0, num_experts=NUM_EXPERTS)
+    return BenchConfig(
+        fmt="4byte",
+        layers=1,
+        iters=3,
+        rounds=1,
+        warmup=0,
+        num_experts=NUM_EXPERTS,
+        floor_variants=floor_variants((0, 1)),
+    )
 
 
 def make_ops(op=reference_op, floor=python_floor, timer=None) -> BenchOps:

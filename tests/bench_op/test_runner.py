@@ -90,6 +90,7 @@ def test_bench_drops_only_the_floor_variant_that_misreads(small_config: BenchCon
 
 def test_bench_checks_3byte_banks_too() -> None:
     cfg = BenchConfig(fmt="3byte", layers=1, iters=2, rounds=1, warmup=0, num_experts=12)
+    assert {v.cache_hint for v in cfg.floor_variants} == {0}  # the prefetch hint is opt-in
     report = run_bench(cfg, make_ops(), CPU)
     assert report.route_bytes.per_call == 7_296_000
     assert report.torch_route.verified.startswith("all 1 layers within contract bounds")
