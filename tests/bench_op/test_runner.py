@@ -110,3 +110,19 @@ def test_bench_refuses_op_that_writes_nonzero_for_all_invalid_ids(small_config) 
 
     with pytest.raises(CanaryError, match="all ids invalid is not all zero"):
         run_bench(small_config, make_ops(op=leaky_op), CPU)
+
+
+def test_bench_report_json_round_trips_with_the_issue_fields(small_config: BenchConfig) -> None:
+    import json
+
+    from qpnserve.benchop.report import BenchOpReport
+
+    report = run_bench(small_config, make_ops(), CPU)
+    text = report.model_dump_json()
+    data = json.loads(text)
+    for key in ("op", "floor", "torch_route", "dense_fp16", "ratios", "device", "copy_gb_s"):
+        assert key in data
+    for key in ("op_to_floor", "op_copy_fraction", "torch_route_to_op", "dense_fp16_to_op"):
+        assert key in data["ratios"]
+    assert {"gpu_name", "torch_version", "cuda_version", "git_commit"} <= set(data["device"])
+    assert BenchOpReport.model_validate_json(text) == report
