@@ -479,6 +479,12 @@ def run(fmt: str, latency_us: float, clock_mhz: float, workdir: Path) -> Project
         (op_ptx, op_lowered, OP_LAUNCHES[fmt], "op"),
         (floor_ptx, floor_lowered, floor_launches, "floor"),
     ):
+        missing = [lz.name_expr for lz in launches if lz.name_expr not in lowered]
+        if missing:
+            raise SystemExit(
+                f"the sm_70 build has no {', '.join(missing)}: update OP_LAUNCHES in this script "
+                "to the kernels and grids the launcher (csrc/awq_moe_m1_cuda.cu) uses on sm_70"
+            )
         cubin, log = ptxas(ptx, workdir, stem)
         reports = {
             lowered[lz.name_expr]: sm70_gate.KernelReport(lz.label, lowered[lz.name_expr], True)
