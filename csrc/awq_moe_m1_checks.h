@@ -25,6 +25,16 @@ constexpr int64_t kGroup = 32;
 
 enum class MetaFormat { kFourByte, kThreeByte };
 
+// "(1, 2560)": messages carry plain strings (no ArrayRef or Device stream operators).
+inline std::string shape_str(at::IntArrayRef shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + ")";
+}
+
 struct NamedTensor {
   const char* name;
   const at::Tensor* t;
@@ -36,12 +46,12 @@ inline void check_tensor(const at::Tensor& t, const char* name, at::ScalarType d
                          const std::vector<int64_t>& shape, int64_t align_bytes,
                          const at::Device& device) {
   TORCH_CHECK(t.defined(), "awq_moe_m1_out: ", name, " is undefined");
-  TORCH_CHECK(t.device() == device, "awq_moe_m1_out: ", name, " is on ", t.device(),
-              " but out is on ", device, " (all arguments must be on one device)");
+  TORCH_CHECK(t.device() == device, "awq_moe_m1_out: ", name, " is on ", t.device().str(),
+              " but out is on ", device.str(), " (all arguments must be on one device)");
   TORCH_CHECK(t.scalar_type() == dtype, "awq_moe_m1_out: ", name, " must be ", dtype, ", got ",
               t.scalar_type());
   TORCH_CHECK(t.sizes() == at::IntArrayRef(shape), "awq_moe_m1_out: ", name, " must have shape ",
-              at::IntArrayRef(shape), ", got ", t.sizes());
+              shape_str(shape), ", got ", shape_str(t.sizes()));
   TORCH_CHECK(t.is_contiguous(), "awq_moe_m1_out: ", name, " must be contiguous");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % align_bytes == 0, "awq_moe_m1_out: ",
               name, " must be ", align_bytes, "-byte aligned");

@@ -50,8 +50,10 @@ constexpr int64_t kTwoKernels = 256;     // the two-kernel form even where the f
 constexpr int64_t kForceFused = 512;     // the fused form wherever it fits
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused;
-// Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py).
-constexpr bool kPreferFused = true;
+// Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
+// x E=512, 4-byte): two kernels 8.72 us/layer, fused 11.21-11.41 (its counter hand-off costs
+// more than the kernel boundary it removes). The fused form stays available (PATH_FUSED).
+constexpr bool kPreferFused = false;
 
 // Whether all kFusedCtas CTAs of the fused kernel can be resident at once on this device (then
 // a B unit spinning on the arrival counter can never hold a slot an A unit needs).

@@ -50,17 +50,15 @@ constexpr int kWarpsB = kRoutes;
 // Kernel A's loads in flight per warp, in groups (512 B of codes + metadata each). V100 needs
 // only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (2 CTAs x 256 threads x
 // 3 groups x 32 B = 48 KB here); sm_80+ issues all of a warp's loads at once.
-// Kernel B's register cap: on sm_80+ three CTAs' worth (<= 64 registers) so that one B CTA fits
-// on an SM beside a 16-warp A CTA (4 A warps x 80 registers + 3 B warps x 64 per SM
-// sub-partition = its 16K registers): B's W2 loads then stream while A runs (PDL).
+// (Capping kernel B at 64 registers on sm_80+, so that a B CTA fits beside an A CTA and its W2
+// loads overlap A under PDL, was measured slower on the H200: 9.63 against 8.72 us/layer,
+// with 16 B of spills; B keeps the compiler's choice.)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr int kMaxDepthA = 3;
 #define QPN_A_MIN_BLOCKS 2
-#define QPN_B_MIN_BLOCKS 1
 #else
 constexpr int kMaxDepthA = kGroups13;
 #define QPN_A_MIN_BLOCKS 1
-#define QPN_B_MIN_BLOCKS 3
 #endif
 
 struct MoeArgs {
@@ -462,7 +460,7 @@ __global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_ker
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
 template <bool kMeta3, bool kMma884>
-__global__ void __launch_bounds__(kWarpsB * 32, QPN_B_MIN_BLOCKS) w2_combine_kernel(MoeArgs a) {
+__global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
