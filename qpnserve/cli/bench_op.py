@@ -48,7 +48,7 @@ def bench_op(
 ) -> None:
     """Time the op per layer in a CUDA graph against the read floor, the copy bandwidth, a plain
     PyTorch route and an FP16 cuBLAS baseline; refuse to time a wrong result."""
-    from qpnserve.errors import UsageError
+    from qpnserve.errors import BenchError, UsageError
 
     if fmt not in ("4byte", "3byte"):
         raise UsageError(f"--format must be 4byte or 3byte, got {fmt!r}")
@@ -76,7 +76,15 @@ def bench_op(
         seed=seed,
         floor_variants=floor_variants((0, 1) if prefetch_floor else (0,)),
     )
-    report = run_bench(cfg, ops, device, log=message)
+    try:
+        report = run_bench(cfg, ops, device, log=message)
+    except RuntimeError as exc:  # CUDA errors and out-of-memory surface as RuntimeError
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise BenchError(
+            f"bench op stopped: {first_line}",
+            hint="fewer --layers needs less GPU memory; a CUDA error may need a rebuild "
+            "(qpnserve build --force)",
+        ) from None
     message(render_table(report))
     if as_json:
         emit_json(report)
