@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include "message_text.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -25,16 +27,6 @@ constexpr int64_t kGroup = 32;
 
 enum class MetaFormat { kFourByte, kThreeByte };
 
-// "(1, 2560)": messages carry plain strings (no ArrayRef or Device stream operators).
-inline std::string shape_str(at::IntArrayRef shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) text += ", ";
-    text += std::to_string(shape[i]);
-  }
-  return text + ")";
-}
-
 struct NamedTensor {
   const char* name;
   const at::Tensor* t;
@@ -46,15 +38,15 @@ inline void check_tensor(const at::Tensor& t, const char* name, at::ScalarType d
                          const std::vector<int64_t>& shape, int64_t align_bytes,
                          const at::Device& device) {
   TORCH_CHECK(t.defined(), "awq_moe_m1_out: ", name, " is undefined");
-  TORCH_CHECK(t.device() == device, "awq_moe_m1_out: ", name, " is on ", t.device().str(),
-              " but out is on ", device.str(), " (all arguments must be on one device)");
+  TORCH_CHECK(t.device() == device, "awq_moe_m1_out: ", name, " is on ", qpn_text::device(t.device()),
+              " but out is on ", qpn_text::device(device), " (all arguments must be on one device)");
   TORCH_CHECK(t.scalar_type() == dtype, "awq_moe_m1_out: ", name, " must be ", dtype, ", got ",
               t.scalar_type());
   TORCH_CHECK(t.sizes() == at::IntArrayRef(shape), "awq_moe_m1_out: ", name, " must have shape ",
-              shape_str(shape), ", got ", shape_str(t.sizes()));
+              qpn_text::shape(shape), ", got ", qpn_text::shape(t.sizes()));
   TORCH_CHECK(t.is_contiguous(), "awq_moe_m1_out: ", name, " must be contiguous");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % align_bytes == 0, "awq_moe_m1_out: ",
-              name, " must be ", align_bytes, "-byte aligned");
+              name, " must be ", qpn_text::num(align_bytes), "-byte aligned");
 }
 
 inline bool ranges_overlap(const at::Tensor& a, const at::Tensor& b) {
@@ -76,7 +68,7 @@ inline MetaFormat check_args(const at::Tensor& out, const at::Tensor& intermedia
   TORCH_CHECK(w13.defined() && w13.dim() == 3, "awq_moe_m1_out: w13 must be (E, 2560, 40) int32");
   const int64_t experts = w13.size(0);
   TORCH_CHECK(experts >= 1 && experts <= (int64_t{1} << 20),
-              "awq_moe_m1_out: w13 must hold between 1 and 2^20 experts, got ", experts);
+              "awq_moe_m1_out: w13 must hold between 1 and 2^20 experts, got ", qpn_text::num(experts));
 
   check_tensor(out, "out", at::kHalf, {1, kHidden}, 16, device);
   check_tensor(intermediate, "intermediate", at::kHalf, {kRoutes, kInter}, 16, device);

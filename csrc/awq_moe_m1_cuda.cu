@@ -132,13 +132,14 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
   const MetaFormat format = check_args(out, intermediate, x, w13, s13, w2, s2, ids, weights);
   const int64_t diag = path & kDiagBits;
   TORCH_CHECK((path & ~(kPathMask | kDiagBits)) == 0 && (path & kPathMask) != 3,
-              "awq_moe_m1_out_path: path must be 0 (auto), 1 (m16n8k16) or 2 (m8n8k4), got ", path);
+              "awq_moe_m1_out_path: path must be 0 (auto), 1 (m16n8k16) or 2 (m8n8k4), got ",
+              qpn_text::num(path));
   path &= kPathMask;
   const c10::cuda::CUDAGuard guard(out.device());
   const int device = out.get_device();
   const int cc_major = at::cuda::getDeviceProperties(device)->major;  // cached by torch
   TORCH_CHECK(cc_major >= 7, "awq_moe_m1_out: needs compute capability 7.0 or newer, device ",
-              device, " has ", cc_major, ".x");
+              qpn_text::num(device), " has ", qpn_text::num(cc_major), ".x");
   const bool use884 = path == kMma884 || (path == kAuto && cc_major < 8);
   TORCH_CHECK(use884 || cc_major >= 8,
               "awq_moe_m1_out_path: the m16n8k16 path needs compute capability 8.0 or newer");

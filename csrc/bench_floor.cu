@@ -229,15 +229,19 @@ QPNSERVE_FLOOR_INSTANTIATE_LOADS(true, 1)
 
 #include <cstdint>
 
+#include "message_text.h"
+
 namespace qpnserve_floor {
 namespace {
 
 void check_cuda_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype,
                        at::IntArrayRef shape, const at::Device& device) {
   TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
-  TORCH_CHECK(t.device() == device, name, " must be on ", device, ", got ", t.device());
+  TORCH_CHECK(t.device() == device, name, " must be on ", qpn_text::device(device), ", got ",
+              qpn_text::device(t.device()));
   TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
-  TORCH_CHECK(t.sizes() == shape, name, " must have shape ", shape, ", got ", t.sizes());
+  TORCH_CHECK(t.sizes() == shape, name, " must have shape ", qpn_text::shape(shape), ", got ",
+              qpn_text::shape(t.sizes()));
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
 }
 
@@ -314,10 +318,10 @@ void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s1
                    int64_t loads_per_thread, bool pdl, int64_t cache_hint) {
   TORCH_CHECK(cache_hint == 0 || cache_hint == 1,
               "cache_hint must be 0 (ld.global.cs) or 1 (L1 no-allocate, L2 256 B prefetch), got ",
-              cache_hint);
+              qpn_text::num(cache_hint));
   TORCH_CHECK(loads_per_thread == 2 || loads_per_thread == 4 || loads_per_thread == 8 ||
                   loads_per_thread == 16,
-              "loads_per_thread must be 2, 4, 8 or 16, got ", loads_per_thread);
+              "loads_per_thread must be 2, 4, 8 or 16, got ", qpn_text::num(loads_per_thread));
   const at::Device device = w13.device();
   const bool three_byte = s13.scalar_type() == at::kByte;
   check_cuda_tensor(w13, "w13", at::kInt, {kNumExperts, 2560, 40}, device);
@@ -330,12 +334,14 @@ void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s1
     check_cuda_tensor(s2, "s2", at::kInt, {kNumExperts, 5, 2560}, device);
   }
   check_cuda_tensor(ids, "ids", at::kInt, {1, kTopK}, device);
-  TORCH_CHECK(sink.is_cuda() && sink.device() == device, "sink must be on ", device);
+  TORCH_CHECK(sink.is_cuda() && sink.device() == device, "sink must be on ",
+              qpn_text::device(device));
   TORCH_CHECK(sink.scalar_type() == at::kInt && sink.dim() == 1 && sink.is_contiguous(),
               "sink must be a contiguous 1-d int32 tensor");
   TORCH_CHECK(sink.numel() >= read_floor_m1_sink_len(loads_per_thread, three_byte),
-              "sink must hold at least ", read_floor_m1_sink_len(loads_per_thread, three_byte),
-              " elements for loads_per_thread=", loads_per_thread);
+              "sink must hold at least ",
+              qpn_text::num(read_floor_m1_sink_len(loads_per_thread, three_byte)),
+              " elements for loads_per_thread=", qpn_text::num(loads_per_thread));
   check_aligned16(w13, "w13");
   check_aligned16(s13, "s13");
   check_aligned16(w2, "w2");
@@ -346,7 +352,8 @@ void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s1
     const cudaError_t status =
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index());
     TORCH_CHECK(status == cudaSuccess, "cudaDeviceGetAttribute: ", cudaGetErrorString(status));
-    TORCH_CHECK(major >= 9, "pdl needs compute capability 9.0 or newer, the device has ", major);
+    TORCH_CHECK(major >= 9, "pdl needs compute capability 9.0 or newer, the device has ",
+                qpn_text::num(major));
   }
   const int s13_vecs = three_byte ? kS13Vecs3Byte : kS13Vecs4Byte;
   const int s2_vecs = three_byte ? kS2Vecs3Byte : kS2Vecs4Byte;
