@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The evidence run on a GPU machine (used on one H200): build once, the GPU tests, `bench op`
+# for both metadata formats, the V100 (m8n8k4) path's correctness, the tuning sweep, and an
+# argument-error probe. Run from the repository root; results go to $OUT (default ./.out).
+#   QPNSERVE_GIT_COMMIT=<commit> bash scripts/h200_evidence.sh
+# The H200 image lacks pydantic/platformdirs: put their wheels in .whl/ (README of the device
+# notes) and they are installed to /tmp/site first.
+set -u
+OUT=${OUT:-.out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export QPNSERVE_BUILD_DIR=${QPNSERVE_BUILD_DIR:-/tmp/qb} PYTHONUNBUFFERED=1
+export QPNSERVE_TEST_BUILD_DIR=$QPNSERVE_BUILD_DIR
+export QPNSERVE_GIT_COMMIT=${QPNSERVE_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+step() { echo; echo "=== $(date +%T) $*"; }
+step build; timeout 150 python3 -m qpnserve build --json >"$OUT/build.json"; echo "rc=$?"
+for t in tests/kernels tests/dispatch tests/bench_op; do
+  step "gpu tests $t"
+  timeout 170 python3 -m pytest -m gpu "$t" -v >"$OUT/$(basename "$t").log" 2>&1; echo "rc=$?"
+  grep -E "FAILED|Fatal|passed|failed" "$OUT/$(basename "$t").log" | tail -5
+done
+for fmt in 4byte 3byte; do
+  step "bench op $fmt"
+  timeout 120 python3 -m qpnserve bench op --format "$fmt" --layers 32 --iters 40 --rounds 2 \
+    --json >"$OUT/bench_op_$fmt.json"; echo "rc=$?"
+done
+step "bench op mma884 (the V100 path, correctness on this GPU)"
+timeout 60 python3 -m qpnserve bench op --op-path mma884 --layers 8 --iters 20 --rounds 1 \
+  --json >"$OUT/bench_op_mma884.json"; echo "rc=$?"
+step sweep
+timeout 60 python3 scripts/op_timing.py --layers 8 --iters 100 --paths auto \
+  --diag A8warps,A10warps,A20warps,no-pdl,A-only,B-only
+step done
