@@ -27,6 +27,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help text: rich's markdown renderer costs ~50 ms of imports on every --help.
+    rich_markup_mode=None,
 )
 bench_app = typer.Typer(
     help="Benchmarks: the operator (`op`), the server (`smoke`, `ab`), and `compare`.",
