@@ -1,7 +1,8 @@
 """The one table of environment variables qpnserve reads or sets, each with why it exists.
 
 Every option that users set in scripts also reads a ``QPNSERVE_*`` variable; those are listed
-here so the README table and the code cannot drift (tests/test_config.py checks the README).
+here so the README table and the code cannot drift: tests/preflight/test_readme_env.py checks
+the README, and ``python scripts/env_table.py --write`` regenerates its table.
 """
 
 from __future__ import annotations
