@@ -361,20 +361,27 @@ def loaded() -> BuildResult | None:
     return next(iter(_LOADED.values()), None)
 
 
+def _load_library(result: BuildResult) -> BuildResult:
+    """torch.ops.load_library of ``result``, recorded as this process's build. Caller holds
+    _LOAD_LOCK."""
+    import torch
+
+    try:
+        torch.ops.load_library(str(result.path))
+    except (OSError, RuntimeError) as exc:
+        raise BuildError(
+            f"loading {result.path} failed: {exc}",
+            hint="rebuild it with `qpnserve build --force`",
+        ) from exc
+    _register_loaded(result.path, result)
+    return result
+
+
 def _ensure_loaded(result: BuildResult) -> BuildResult:
     """Load ``result`` unless a build is already loaded (one library per process)."""
     with _LOAD_LOCK:
         if loaded() is None:
-            import torch
-
-            try:
-                torch.ops.load_library(str(result.path))
-            except (OSError, RuntimeError) as exc:
-                raise BuildError(
-                    f"loading {result.path} failed: {exc}",
-                    hint="rebuild it with `qpnserve build --force`",
-                ) from exc
-            _register_loaded(result.path, result)
+            _load_library(result)
     return result
 
 
@@ -431,18 +438,7 @@ def load(arch_list: Sequence[str] | str | None = None, cpu_only: bool = False) -
                 f"in {config.build_dir()}",
                 hint=f"run `{command}` first (outside the server)",
             )
-        chosen = candidates[0]
-        import torch
-
-        try:
-            torch.ops.load_library(str(chosen.path))
-        except (OSError, RuntimeError) as exc:
-            raise BuildError(
-                f"loading {chosen.path} failed: {exc}",
-                hint="rebuild it with `qpnserve build --force`",
-            ) from exc
-        _register_loaded(chosen.path, chosen)
-        return chosen
+        return _load_library(candidates[0])
 
 
 def remove_build(key: str) -> None:
