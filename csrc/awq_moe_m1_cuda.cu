@@ -14,6 +14,7 @@
 
 #include "awq_moe_m1_checks.h"
 #include "awq_moe_m1_kernels.cuh"
+#include "pdl_launch.h"
 
 namespace qpnserve {
 namespace {
@@ -73,23 +74,6 @@ bool fused_fits(int device) {
   return cache[device] == 2;
 }
 
-template <typename... Params>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, bool pdl,
-                   cudaStream_t stream, const qpn::MoeArgs& args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attrs[1];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = pdl ? attrs : nullptr;
-  config.numAttrs = pdl ? 1 : 0;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
 template <bool kMeta3, bool kUse884>
 void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
             int64_t diag) {
@@ -97,7 +81,8 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
   if (want_fused && fused_fits<kMeta3>(device)) {
     auto* kernel = qpn::fused_moe_kernel<kMeta3>;
     const bool pdl = cc_major >= 9 && binary_has_pdl(kernel, device);
-    launch_kernel(kernel, dim3(qpn::kFusedCtas), dim3(qpn::kFusedWarps * 32), pdl, stream, args);
+    qpn_launch::launch(kernel, dim3(qpn::kFusedCtas), dim3(qpn::kFusedWarps * 32), pdl, stream,
+                       args);
     return;
   }
   auto* kernel_a = qpn::w13_swiglu_kernel<kMeta3, kUse884>;
@@ -116,11 +101,12 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
   const bool use_pdl = cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
                        binary_has_pdl(kernel_a, device) && binary_has_pdl(kernel_b, device);
   if ((diag & kDiagSkipA) == 0) {
-    launch_kernel(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(warps_a * 32), use_pdl,
-                  stream, args);
+    qpn_launch::launch(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(warps_a * 32), use_pdl,
+                       stream, args);
   }
   if ((diag & kDiagSkipB) == 0) {
-    launch_kernel(kernel_b, dim3(qpn::kTiles2), dim3(qpn::kWarpsB * 32), use_pdl, stream, args);
+    qpn_launch::launch(kernel_b, dim3(qpn::kTiles2), dim3(qpn::kWarpsB * 32), use_pdl, stream,
+                       args);
   }
 }
 

@@ -230,6 +230,7 @@ QPNSERVE_FLOOR_INSTANTIATE_LOADS(true, 1)
 #include <cstdint>
 
 #include "message_text.h"
+#include "pdl_launch.h"
 
 namespace qpnserve_floor {
 namespace {
@@ -250,32 +251,16 @@ void check_aligned16(const at::Tensor& t, const char* name) {
               " must be 16-byte aligned");
 }
 
-template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, dim3 block, bool pdl, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl ? 1 : 0;
-  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, args...);
-  TORCH_CHECK(status == cudaSuccess, "launch failed: ", cudaGetErrorString(status));
-}
-
 template <int kLoads, int kHint>
 void launch_floor_hint(bool pdl, dim3 grid, cudaStream_t stream, unsigned* sink,
                        const Vec16* w13, const Vec16* s13, const Vec16* w2, const Vec16* s2,
                        const int* ids, int s13_vecs, int s2_vecs) {
   if (pdl) {
-    launch(read_floor_m1_kernel<kLoads, true, kHint>, grid, dim3(kFloorThreads), true, stream,
-           sink, w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
+    qpn_launch::launch(read_floor_m1_kernel<kLoads, true, kHint>, grid, dim3(kFloorThreads),
+                       true, stream, sink, w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
   } else {
-    launch(read_floor_m1_kernel<kLoads, false, kHint>, grid, dim3(kFloorThreads), false, stream,
-           sink, w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
+    qpn_launch::launch(read_floor_m1_kernel<kLoads, false, kHint>, grid, dim3(kFloorThreads),
+                       false, stream, sink, w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
   }
 }
 
@@ -395,11 +380,12 @@ void derive_input_m1(at::Tensor& x_next, at::Tensor& ids_next, at::Tensor& weigh
   check_aligned16(seed, "seed");
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index());
-  launch(derive_input_m1_kernel, dim3(1), dim3(kDeriveThreads), false, stream,
-         reinterpret_cast<Vec16*>(x_next.data_ptr()), ids_next.data_ptr<int>(),
-         weights_next.data_ptr<float>(), reinterpret_cast<const Vec16*>(out_prev.data_ptr()),
-         reinterpret_cast<const Vec16*>(seed.data_ptr()), ids_src.data_ptr<int>(),
-         weights_src.data_ptr<float>());
+  qpn_launch::launch(derive_input_m1_kernel, dim3(1), dim3(kDeriveThreads), false, stream,
+                     reinterpret_cast<Vec16*>(x_next.data_ptr()), ids_next.data_ptr<int>(),
+                     weights_next.data_ptr<float>(),
+                     reinterpret_cast<const Vec16*>(out_prev.data_ptr()),
+                     reinterpret_cast<const Vec16*>(seed.data_ptr()), ids_src.data_ptr<int>(),
+                     weights_src.data_ptr<float>());
 }
 
 }  // namespace qpnserve_floor
