@@ -23,7 +23,6 @@ PROJECTION on every line that carries a projected time.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import os
@@ -184,40 +183,7 @@ def nvrtc_ptx(
     source: Path, name_exprs: list[str], defines: list[str]
 ) -> tuple[str, dict[str, str]]:
     """NVRTC (the same library and options as the gate) for compute_70 -> (PTX, lowered names)."""
-    lib = ctypes.CDLL(str(sm70_gate._nvidia_dir("cuda_nvrtc") / "lib" / "libnvrtc.so.12"))
-    prog = ctypes.c_void_p()
-    text = source.read_bytes()
-    sm70_gate._check(
-        lib,
-        lib.nvrtcCreateProgram(ctypes.byref(prog), text, source.name.encode(), 0, None, None),
-        "create",
-    )
-    try:
-        for expr in name_exprs:
-            sm70_gate._check(lib, lib.nvrtcAddNameExpression(prog, expr.encode()), expr)
-        options = [b"--gpu-architecture=compute_70", b"-std=c++17", b"-lineinfo"]
-        options += [f"-D{d}".encode() for d in defines]
-        opts = (ctypes.c_char_p * len(options))(*options)
-        status = lib.nvrtcCompileProgram(prog, len(options), opts)
-        size = ctypes.c_size_t()
-        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-        log = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetProgramLog(prog, log)
-        if status != 0:
-            raise SystemExit(f"NVRTC failed on {source}:\n{log.value.decode(errors='replace')}")
-        sm70_gate._check(lib, lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "PTX size")
-        ptx = ctypes.create_string_buffer(size.value)
-        sm70_gate._check(lib, lib.nvrtcGetPTX(prog, ptx), "PTX")
-        lowered = {}
-        for expr in name_exprs:
-            name = ctypes.c_char_p()
-            sm70_gate._check(
-                lib, lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(name)), expr
-            )
-            lowered[expr] = (name.value or b"").decode()
-    finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    return ptx.value.decode(), lowered
+    return sm70_gate.nvrtc_compile(source.read_bytes(), source.name, name_exprs, "70", defines)
 
 
 def ptxas(ptx: str, workdir: Path, stem: str) -> tuple[Path, str]:

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -89,20 +90,25 @@ def _check(lib: ctypes.CDLL, status: int, what: str) -> None:
         raise BuildError(f"NVRTC {what} failed: {lib.nvrtcGetErrorString(status).decode()}")
 
 
-def compile_ptx(arch: str = "70") -> tuple[str, dict[str, str], str]:
-    """NVRTC: the header's kernels -> (PTX, name expression -> mangled name, NVRTC version)."""
+def nvrtc_compile(
+    source: bytes,
+    filename: str,
+    name_exprs: Sequence[str],
+    arch: str = "70",
+    defines: Sequence[str] = (),
+) -> tuple[str, dict[str, str]]:
+    """CUDA 12.8 NVRTC (from PyPI): device source -> (PTX for compute_<arch>, name expression ->
+    mangled name). Include path: csrc/ and the CUDA runtime headers. Shared by the gate and
+    scripts/sm70_projection.py, so both read the same build."""
     lib = ctypes.CDLL(str(_nvidia_dir("cuda_nvrtc") / "lib" / "libnvrtc.so.12"))
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    _check(lib, lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "version")
-    source = f'#include "{HEADER}"\n'.encode()
     prog = ctypes.c_void_p()
     _check(
         lib,
-        lib.nvrtcCreateProgram(ctypes.byref(prog), source, b"sm70_gate.cu", 0, None, None),
+        lib.nvrtcCreateProgram(ctypes.byref(prog), source, filename.encode(), 0, None, None),
         "create",
     )
     try:
-        for _, expr, _ in KERNELS:
+        for expr in name_exprs:
             _check(lib, lib.nvrtcAddNameExpression(prog, expr.encode()), f"name {expr}")
         options = [
             f"--gpu-architecture=compute_{arch}".encode(),
@@ -110,6 +116,7 @@ def compile_ptx(arch: str = "70") -> tuple[str, dict[str, str], str]:
             b"-lineinfo",
             f"-I{resource_dir('csrc')}".encode(),
             f"-I{_nvidia_dir('cuda_runtime') / 'include'}".encode(),
+            *(f"-D{d}".encode() for d in defines),
         ]
         opts = (ctypes.c_char_p * len(options))(*options)
         status = lib.nvrtcCompileProgram(prog, len(options), opts)
@@ -119,7 +126,7 @@ def compile_ptx(arch: str = "70") -> tuple[str, dict[str, str], str]:
         lib.nvrtcGetProgramLog(prog, log)
         if status != 0:
             raise BuildError(
-                f"NVRTC could not compile {HEADER} for compute_{arch}:\n"
+                f"NVRTC could not compile {filename} for compute_{arch}:\n"
                 + log.value.decode(errors="replace")
             )
         ptx_size = ctypes.c_size_t()
@@ -127,7 +134,7 @@ def compile_ptx(arch: str = "70") -> tuple[str, dict[str, str], str]:
         ptx = ctypes.create_string_buffer(ptx_size.value)
         _check(lib, lib.nvrtcGetPTX(prog, ptx), "PTX")
         lowered: dict[str, str] = {}
-        for _, expr, _ in KERNELS:
+        for expr in name_exprs:
             name = ctypes.c_char_p()
             _check(
                 lib,
@@ -137,7 +144,22 @@ def compile_ptx(arch: str = "70") -> tuple[str, dict[str, str], str]:
             lowered[expr] = (name.value or b"").decode()
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    return ptx.value.decode(), lowered, f"{major.value}.{minor.value}"
+    return ptx.value.decode(), lowered
+
+
+def nvrtc_version() -> str:
+    lib = ctypes.CDLL(str(_nvidia_dir("cuda_nvrtc") / "lib" / "libnvrtc.so.12"))
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    _check(lib, lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "version")
+    return f"{major.value}.{minor.value}"
+
+
+def compile_ptx(arch: str = "70") -> tuple[str, dict[str, str], str]:
+    """NVRTC: the header's kernels -> (PTX, name expression -> mangled name, NVRTC version)."""
+    source = f'#include "{HEADER}"\n'.encode()
+    exprs = [expr for _, expr, _ in KERNELS]
+    ptx, lowered = nvrtc_compile(source, "sm70_gate.cu", exprs, arch)
+    return ptx, lowered, nvrtc_version()
 
 
 _FUNC = re.compile(r"(?:Compiling entry function|Function properties for) '?([\w$]+)'?")
