@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from qpnserve.errors import BuildError, ExitCode, UsageError
-from qpnserve.kernels import build
+from qpnserve.kernels import build, toolchain
 
 
 def test_arch_list_accepts_common_spellings_and_rejects_junk() -> None:
-    assert build.normalize_arch_list("9.0;7.0") == ("7.0", "9.0")
-    assert build.normalize_arch_list(["sm_70", "80"]) == ("7.0", "8.0")
+    assert toolchain.normalize_arch_list("9.0;7.0") == ("7.0", "9.0")
+    assert toolchain.normalize_arch_list(["sm_70", "80"]) == ("7.0", "8.0")
     with pytest.raises(UsageError):
-        build.normalize_arch_list("volta")
+        toolchain.normalize_arch_list("volta")
 
 
 def test_build_key_depends_on_arch_list_and_cuda() -> None:
@@ -34,16 +34,16 @@ def test_build_key_covers_every_csrc_source() -> None:
 
 
 def test_toolkit_refusal_names_cuda13_for_sm70() -> None:
-    refusal = build.toolkit_refusal(("7.0",), (13, 0), "13.0")
+    refusal = toolchain.toolkit_refusal(("7.0",), (13, 0), "13.0")
     assert refusal is not None and "sm_70" in refusal.message and "CUDA 13.0" in refusal.message
-    assert build.toolkit_refusal(("9.0",), (13, 0), "13.0") is None
-    assert build.toolkit_refusal(("7.0",), (12, 8), "12.8") is None
+    assert toolchain.toolkit_refusal(("9.0",), (13, 0), "13.0") is None
+    assert toolchain.toolkit_refusal(("7.0",), (12, 8), "12.8") is None
 
 
 def test_toolkit_refusal_without_cuda_torch_or_nvcc() -> None:
-    no_torch_cuda = build.toolkit_refusal(("7.0",), (12, 8), None)
+    no_torch_cuda = toolchain.toolkit_refusal(("7.0",), (12, 8), None)
     assert no_torch_cuda is not None and "no CUDA support" in no_torch_cuda.message
-    no_nvcc = build.toolkit_refusal(("7.0",), None, "12.8")
+    no_nvcc = toolchain.toolkit_refusal(("7.0",), None, "12.8")
     assert no_nvcc is not None and "nvcc" in no_nvcc.message
 
 
