@@ -8,8 +8,12 @@ still writes its partial report before the error line and the exit code (5 serve
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from qpnserve.bench.smoke import SmokeOptions
 
 from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
 from qpnserve.config import (
@@ -67,6 +71,37 @@ def _write_out(path: Path, data: object) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+def _smoke_options(
+    url: str,
+    model: str | None,
+    concurrency: str,
+    output_tokens: int,
+    prompt_tokens: int | None,
+    prompt_file: Path | None,
+    warmup: int,
+    rounds: int,
+    request_timeout_s: float,
+    label: str | None = None,
+) -> SmokeOptions:
+    """The frozen prompt and the smoke settings, the same for `smoke` and both arms of `ab`."""
+    from qpnserve.bench.prompt import load_prompt
+    from qpnserve.bench.smoke import SmokeOptions, parse_concurrency
+
+    prompt, prompt_info = load_prompt(prompt_tokens, prompt_file)
+    return SmokeOptions(
+        url=url,
+        model=model,
+        prompt=prompt,
+        prompt_info=prompt_info,
+        concurrency=parse_concurrency(concurrency),
+        output_tokens=output_tokens,
+        warmup_waves=warmup,
+        rounds=rounds,
+        request_timeout_s=request_timeout_s,
+        label=label,
+    )
+
+
 @bench_app.command("smoke")
 @handles_errors
 def smoke(
@@ -91,22 +126,20 @@ def smoke(
     out: Path | None = typer.Option(None, "--out", help="Also write the JSON report here."),
 ) -> None:
     """Stream completions from a running server; report TTFT, ITL and pure decode tok/s."""
-    from qpnserve.bench.prompt import load_prompt
     from qpnserve.bench.render import smoke_table
-    from qpnserve.bench.smoke import SmokeOptions, parse_concurrency, run_smoke
+    from qpnserve.bench.smoke import run_smoke
 
-    prompt, prompt_info = load_prompt(prompt_tokens, prompt_file)
-    opts = SmokeOptions(
-        url=resolve_url(url),
-        model=model,
-        prompt=prompt,
-        prompt_info=prompt_info,
-        concurrency=parse_concurrency(concurrency),
-        output_tokens=output_tokens,
-        warmup_waves=warmup,
-        rounds=rounds,
-        request_timeout_s=request_timeout_s,
-        label=label,
+    opts = _smoke_options(
+        resolve_url(url),
+        model,
+        concurrency,
+        output_tokens,
+        prompt_tokens,
+        prompt_file,
+        warmup,
+        rounds,
+        request_timeout_s,
+        label,
     )
     outcome = run_smoke(opts, progress=message)
     message(smoke_table(outcome.report))
@@ -176,22 +209,19 @@ def ab(
 ) -> None:
     """Route off, smoke; route on, smoke; compare. Leaves the server as it found it."""
     from qpnserve.bench.ab import AbOptions, default_out_dir, run_ab
-    from qpnserve.bench.prompt import load_prompt
     from qpnserve.bench.render import compare_table
-    from qpnserve.bench.smoke import SmokeOptions, parse_concurrency
     from qpnserve.lifecycle import UpOptions
 
-    prompt, prompt_info = load_prompt(prompt_tokens, prompt_file)
-    smoke_opts = SmokeOptions(
-        url="",  # filled per arm from the started server
-        model=None,
-        prompt=prompt,
-        prompt_info=prompt_info,
-        concurrency=parse_concurrency(concurrency),
-        output_tokens=output_tokens,
-        warmup_waves=warmup,
-        rounds=rounds,
-        request_timeout_s=request_timeout_s,
+    smoke_opts = _smoke_options(
+        "",  # the URL is filled per arm from the started server
+        None,
+        concurrency,
+        output_tokens,
+        prompt_tokens,
+        prompt_file,
+        warmup,
+        rounds,
+        request_timeout_s,
     )
     up_opts = UpOptions(
         model=model,
