@@ -49,8 +49,12 @@ constexpr int64_t kDiagWarpsShift = 6;   // bits 6-7: kernel A warps (m16n8k16):
                                          // 1 -> 8, 2 -> 10, 3 -> 20
 constexpr int64_t kTwoKernels = 256;     // the two-kernel form even where the fused one fits
 constexpr int64_t kForceFused = 512;     // the fused form wherever it fits
+constexpr int64_t kDiagNoPrefetch = 1024;  // kernel A does not prefetch W2 into L2
+constexpr int64_t kDiagBDequantLate = 2048;  // kernel B dequantizes W2 after the wait even with PDL
+constexpr int64_t kDiagLoadOnlyA = 8192;     // kernel A skips its arithmetic (wrong h)
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
-                              (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused;
+                              (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
+                              kDiagNoPrefetch | kDiagBDequantLate | kDiagLoadOnlyA;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
 // x E=512, 4-byte): two kernels 8.72 us/layer, fused 11.21-11.41 (its counter hand-off costs
 // more than the kernel boundary it removes). The fused form stays available (PATH_FUSED).
@@ -94,12 +98,17 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       case 3: kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 20>; warps_a = 20; break;
       default: break;
     }
+    if (diag & kDiagLoadOnlyA) kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, true>;
   }
-  auto* kernel_b = qpn::w2_combine_kernel<kMeta3, kUse884>;
   // Both kernels are launched as programmatic dependents on sm_90: A waits for its
-  // predecessor (griddepcontrol.wait) before reading ids and x, B before reading h.
+  // predecessor (griddepcontrol.wait) before reading ids and x, B before reading h. With PDL,
+  // B dequantizes its W2 while it waits.
   const bool use_pdl = cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
-                       binary_has_pdl(kernel_a, device) && binary_has_pdl(kernel_b, device);
+                       binary_has_pdl(kernel_a, device) &&
+                       binary_has_pdl(qpn::w2_combine_kernel<kMeta3, kUse884, true>, device);
+  auto* kernel_b = use_pdl && (diag & kDiagBDequantLate) == 0
+                       ? qpn::w2_combine_kernel<kMeta3, kUse884, true>
+                       : qpn::w2_combine_kernel<kMeta3, kUse884, false>;
   if ((diag & kDiagSkipA) == 0) {
     qpn_launch::launch(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(warps_a * 32), use_pdl,
                        stream, args);
@@ -141,7 +150,8 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
   args.ids = ids.data_ptr<int32_t>();
   args.weights = weights.data_ptr<float>();
   args.num_experts = static_cast<int>(w13.size(0));
-  args.diag = (diag & kDiagLaunchOnly) ? qpn::kDiagLaunchOnly : 0;
+  args.diag = ((diag & kDiagLaunchOnly) ? qpn::kDiagLaunchOnly : 0) |
+              ((diag & kDiagNoPrefetch) ? qpn::kDiagNoW2Prefetch : 0);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
   const bool meta3 = format == MetaFormat::kThreeByte;

@@ -77,6 +77,8 @@ struct MoeArgs {
 
 // kDiagLaunchOnly: both kernels stop right after reading ids (measures launch + ids latency).
 constexpr int kDiagLaunchOnly = 1;
+// kDiagNoW2Prefetch: kernel A does not prefetch the routes' W2 into L2 (tuning comparisons).
+constexpr int kDiagNoW2Prefetch = 2;
 
 // ---------------------------------------------------------------------------------------------
 // Small device helpers
@@ -100,6 +102,15 @@ __device__ __forceinline__ void pdl_wait_primary() {
 // Weights and metadata are read exactly once per call: streaming (evict-first) 128-bit loads.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) { return __ldcs(p); }
 __device__ __forceinline__ unsigned load_stream(const unsigned* p) { return __ldcs(p); }
+
+// Bring one 128 B line into L2 (kept there in preference to the streamed W13 lines on sm_80+).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
+#else
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
 
 // The lane's share of one (group, 32-column tile): 4 columns x 8 k, and their metadata.
 template <bool kMeta3>
@@ -127,35 +138,59 @@ struct LaneMap {
   }
 };
 
-// Scale and bias of the lane's column `i` (0..3), broadcast to both halves.
+// (a & kMask) | kMagic as one LOP3 (truth table 0xea); written in C++, ptxas emits an AND and
+// an OR, because one LOP3 takes only one immediate.
+template <unsigned kMask, unsigned kMagic>
+__device__ __forceinline__ unsigned and_or(unsigned a) {
+  unsigned r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(kMask), "n"(kMagic));
+  return r;
+}
+
+// The lane's metadata of one group, decoded once per group: 4 columns' scales and biases.
+//   4-byte: the records themselves, (scale, bias) in the low and high half of each word.
+//   3-byte: 12 bytes, records at byte 0, 3, 6, 9: (scale lo, scale hi, zero point). The bias
+//           b = fp16(-z * s) of two columns at a time: z (a byte) becomes an exact half through
+//           the 1024 magic number, and one HMUL2 rounds the exact product z * s once, the same
+//           value as the 4-byte form's stored bias, bit for bit.
 template <bool kMeta3>
-__device__ __forceinline__ void column_scale_bias(const uint4& m, int i, __half2& s2, __half2& b2) {
+struct ColumnMeta;
+template <>
+struct ColumnMeta<false> {
+  unsigned rec[4];
+  __device__ __forceinline__ explicit ColumnMeta(const uint4& m) : rec{m.x, m.y, m.z, m.w} {}
+};
+template <>
+struct ColumnMeta<true> {
+  __half2 s01, s23, b01, b23;  // (column 0, column 1) and (column 2, column 3)
+  __device__ __forceinline__ explicit ColumnMeta(const uint4& m) {
+    const __half2 k1024 = bits_h2(0x64006400u);
+    s01 = bits_h2(__byte_perm(m.x, m.y, 0x4310));  // bytes 0, 1 | 3, 4
+    s23 = bits_h2(__byte_perm(m.y, m.z, 0x6532));  // bytes 6, 7 | 9, 10
+    // zero points (bytes 2 | 5 and 8 | 11) in the low byte of each half, the rest masked off
+    const unsigned z01_bits = and_or<0x00ff00ffu, 0x64006400u>(__byte_perm(m.x, m.y, 0x0502));
+    const unsigned z23_bits = and_or<0x00ff00ffu, 0x64006400u>(__byte_perm(m.z, 0, 0x0300));
+    const __half2 z01 = __hsub2(bits_h2(z01_bits), k1024);
+    const __half2 z23 = __hsub2(bits_h2(z23_bits), k1024);
+    b01 = __hmul2(z01, __hneg2(s01));
+    b23 = __hmul2(z23, __hneg2(s23));
+  }
+};
+
+// Scale and bias of the lane's column `i` (0..3), broadcast to both halves (a broadcast half
+// lets ptxas use the HFMA2 operand selectors .H0_H0 / .H1_H1 instead of a PRMT).
+template <bool kMeta3>
+__device__ __forceinline__ void column_scale_bias(const ColumnMeta<kMeta3>& cm, int i, __half2& s2,
+                                                  __half2& b2) {
   if constexpr (kMeta3) {
-    // 12 bytes, records at byte 0, 3, 6, 9: (scale lo, scale hi, zero point).
-    unsigned s_bits, z;
-    if (i == 0) {
-      s_bits = m.x & 0xffffu;
-      z = (m.x >> 16) & 0xffu;
-    } else if (i == 1) {
-      s_bits = __byte_perm(m.x, m.y, 0x0043) & 0xffffu;  // bytes 3, 4
-      z = (m.y >> 8) & 0xffu;
-    } else if (i == 2) {
-      s_bits = m.y >> 16;  // bytes 6, 7
-      z = m.z & 0xffu;
-    } else {
-      s_bits = (m.z >> 8) & 0xffffu;  // bytes 9, 10
-      z = m.z >> 24;
-    }
-    const __half s = __ushort_as_half(static_cast<unsigned short>(s_bits));
-    // bias = fp16(-z * s): z * s is exact in FP32 (4 x 11 significant bits), so this is the one
-    // FP16 rounding of the 4-byte form's stored bias, bit for bit.
-    const __half b = __float2half_rn(-static_cast<float>(z) * __half2float(s));
-    s2 = __halves2half2(s, s);
-    b2 = __halves2half2(b, b);
+    const __half2 s = i < 2 ? cm.s01 : cm.s23;
+    const __half2 b = i < 2 ? cm.b01 : cm.b23;
+    s2 = (i & 1) ? __high2half2(s) : __low2half2(s);
+    b2 = (i & 1) ? __high2half2(b) : __low2half2(b);
   } else {
-    const unsigned rec = i == 0 ? m.x : i == 1 ? m.y : i == 2 ? m.z : m.w;
-    s2 = bits_h2(__byte_perm(rec, 0, 0x1010));
-    b2 = bits_h2(__byte_perm(rec, 0, 0x3232));
+    const __half2 rec = bits_h2(cm.rec[i]);
+    s2 = __low2half2(rec);
+    b2 = __high2half2(rec);
   }
 }
 
@@ -168,10 +203,10 @@ __device__ __forceinline__ void dequant_word(unsigned word, __half2 s2, __half2 
   const __half2 k1024 = bits_h2(0x64006400u);
   const __half2 k64 = bits_h2(0x54005400u);
   const unsigned hi = word >> 8;
-  const __half2 q01 = __hsub2(bits_h2((word & 0x000f000fu) | 0x64006400u), k1024);
-  const __half2 q23 = __hsub2(bits_h2((word & 0x00f000f0u) | 0x54005400u), k64);
-  const __half2 q45 = __hsub2(bits_h2((hi & 0x000f000fu) | 0x64006400u), k1024);
-  const __half2 q67 = __hsub2(bits_h2((hi & 0x00f000f0u) | 0x54005400u), k64);
+  const __half2 q01 = __hsub2(bits_h2(and_or<0x000f000fu, 0x64006400u>(word)), k1024);
+  const __half2 q23 = __hsub2(bits_h2(and_or<0x00f000f0u, 0x54005400u>(word)), k64);
+  const __half2 q45 = __hsub2(bits_h2(and_or<0x000f000fu, 0x64006400u>(hi)), k1024);
+  const __half2 q67 = __hsub2(bits_h2(and_or<0x00f000f0u, 0x54005400u>(hi)), k64);
   w[0] = h2_bits(__hfma2(q01, s2, b2));
   w[1] = h2_bits(__hfma2(q23, s2, b2));
   w[2] = h2_bits(__hfma2(q45, s2, b2));
@@ -179,19 +214,22 @@ __device__ __forceinline__ void dequant_word(unsigned word, __half2 s2, __half2 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core steps. Accumulator arrays are per column block word i (0..3).
+// Tensor-core steps.
 
-// sm_80+: D(16x8, f32) += A(16x16, f16, every row = x) * B(16x8, f16). Lane (t = lane % 4,
-// n = lane / 4) supplies B[k = 2t, 2t+1][n] and B[2t+8, 2t+9][n]; we bind those slots to the
-// real k (8t+0, 8t+1) and (8t+2, 8t+3) of its word (first MMA), then (8t+4..8t+7) (second), and
-// feed A the same x pairs.
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], unsigned xa, unsigned xb, unsigned b0,
-                                             unsigned b1) {
+// sm_80+: D(16x8, f32) += A(16x16, f16) * B(16x8, f16) with the WEIGHTS as A: row m of A is one
+// output column, so one instruction covers 16 columns x 16 k (256 weights; x as A would cover
+// only 8 columns, 128). Lane (g = lane / 4, t = lane % 4) supplies A rows g and g + 8 at logical
+// k 2t, 2t+1, 2t+8, 2t+9 and B (x, the same in every column n) at the same logical k. We bind
+// logical k (2t, 2t+1) to the real k (8t, 8t+1) of its word and (2t+8, 2t+9) to (8t+2, 8t+3)
+// (first MMA), then to (8t+4 .. 8t+7) (second). Row g is column 4g + c0, row g + 8 column
+// 4g + c1 of the lane's 4-column block.
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
+                                             unsigned a3, unsigned b0, unsigned b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(xa), "r"(xa), "r"(xb), "r"(xb), "r"(b0), "r"(b1));
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
   __trap();  // never launched below sm_80: the launcher picks the m8n8k4 path there
 #endif
@@ -210,17 +248,20 @@ __device__ __forceinline__ void mma_m8n8k4(float (&d)[8], unsigned xa, unsigned 
 #endif
 }
 
-// Per-lane accumulators of one warp over its groups, for the 4 column words of its block.
+// Per-lane accumulators of one warp over its groups.
+//   m8n8k4:   d[i][8] per column word i; one partial per quadpair leaves the warp (each quadpair
+//             saw a different k slice).
+//   m16n8k16: d[p][4] per column pair p (words 2p, 2p+1 -> rows g, g+8); k is reduced inside
+//             the instruction, so one partial per column leaves the warp.
 template <bool kMma884>
 struct WarpAcc {
+  static constexpr int kSets = kMma884 ? 4 : 2;
   static constexpr int kRegs = kMma884 ? 8 : 4;
-  // Partial sums per column that leave one warp: m8n8k4 keeps one partial per quadpair (each
-  // quadpair saw a different k slice); m16n8k16 reduces k inside the instruction.
   static constexpr int kParts = kMma884 ? 4 : 1;
-  float d[4][kRegs];
+  float d[kSets][kRegs];
   __device__ __forceinline__ WarpAcc() {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < kSets; ++i)
 #pragma unroll
       for (int j = 0; j < kRegs; ++j) d[i][j] = 0.0f;
   }
@@ -245,54 +286,60 @@ __device__ __forceinline__ void load_group(GroupFrag<kMeta3>& f, const uint4* co
   }
 }
 
-// Dot one loaded group with its activation slice act (fp16, shared memory, 32 values).
-template <bool kMeta3, bool kMma884>
-__device__ __forceinline__ void dot_group(WarpAcc<kMma884>& acc, const GroupFrag<kMeta3>& f,
-                                          const uint4* act, const LaneMap<kMma884>& lm) {
-  const uint4 xv = act[lm.kq];  // act[8kq .. 8kq + 7]
+// One loaded group, dequantized: w[i] = the 4 half2 weights of column word i (k order).
+struct GroupWeights {
+  unsigned w[4][4];
+};
+
+template <bool kMeta3>
+__device__ __forceinline__ void dequant_group(GroupWeights& q, const GroupFrag<kMeta3>& f) {
   const unsigned words[4] = {f.codes.x, f.codes.y, f.codes.z, f.codes.w};
+  const ColumnMeta<kMeta3> cm(f.meta);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     __half2 s2, b2;
-    column_scale_bias<kMeta3>(f.meta, i, s2, b2);
-    unsigned w[4];
-    dequant_word(words[i], s2, b2, w);
-    if constexpr (kMma884) {
-      mma_m8n8k4(acc.d[i], xv.x, xv.y, w[0], w[1]);
-      mma_m8n8k4(acc.d[i], xv.z, xv.w, w[2], w[3]);
-    } else {
-      mma_m16n8k16(acc.d[i], xv.x, xv.y, w[0], w[1]);
-      mma_m16n8k16(acc.d[i], xv.z, xv.w, w[2], w[3]);
+    column_scale_bias<kMeta3>(cm, i, s2, b2);
+    dequant_word(words[i], s2, b2, q.w[i]);
+  }
+}
+
+// Multiply-accumulate dequantized weights with the lane's activation slice
+// xv = act[8 kq .. 8 kq + 7] (fp16).
+template <bool kMma884>
+__device__ __forceinline__ void mma_group(WarpAcc<kMma884>& acc, const GroupWeights& q,
+                                          const uint4& xv) {
+  if constexpr (kMma884) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      mma_m8n8k4(acc.d[i], xv.x, xv.y, q.w[i][0], q.w[i][1]);
+      mma_m8n8k4(acc.d[i], xv.z, xv.w, q.w[i][2], q.w[i][3]);
+    }
+  } else {
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const unsigned(&w0)[4] = q.w[2 * p];
+      const unsigned(&w1)[4] = q.w[2 * p + 1];
+      mma_m16n8k16(acc.d[p], w0[0], w1[0], w0[1], w1[1], xv.x, xv.y);
+      mma_m16n8k16(acc.d[p], w0[2], w1[2], w0[3], w1[3], xv.z, xv.w);
     }
   }
 }
 
-// A warp's kG groups, with at most kDepth groups' loads in flight (a register ring). kDepth = kG
-// issues every load before the first use (H200: latency-bound, registers are plentiful);
-// smaller kDepth keeps registers low enough for two CTAs per SM on V100.
-template <int kG, int kDepth, bool kMeta3, bool kMma884>
-__device__ __forceinline__ void stream_dot(WarpAcc<kMma884>& acc, const uint4* codes,
-                                           const unsigned char* meta, int meta_group_bytes,
-                                           const uint4* act, const LaneMap<kMma884>& lm) {
-  GroupFrag<kMeta3> ring[kDepth];
-#pragma unroll
-  for (int g = 0; g < kDepth; ++g) load_group(ring[g], codes, meta, meta_group_bytes, g, lm);
-#pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    dot_group<kMeta3, kMma884>(acc, ring[g % kDepth], act + 4 * g, lm);
-    if (g + kDepth < kG) {
-      load_group(ring[g % kDepth], codes, meta, meta_group_bytes, g + kDepth, lm);
-    }
-  }
+template <bool kMeta3, bool kMma884>
+__device__ __forceinline__ void dot_group(WarpAcc<kMma884>& acc, const GroupFrag<kMeta3>& f,
+                                          const uint4& xv) {
+  GroupWeights q;
+  dequant_group<kMeta3>(q, f);
+  mma_group<kMma884>(acc, q, xv);
 }
 
 // Write a warp's per-column partials to part[kParts][32] (tile column index 0..31).
-// Column of accumulator j of word i: 4 * n + i, n = the MMA's column index.
 template <bool kMma884>
 __device__ __forceinline__ void store_partials(const WarpAcc<kMma884>& acc, float* part, int lane) {
   if constexpr (kMma884) {
     // m8n8k4 f32 accumulators: register j of lane L is column (j&1) | (L&2) | (j&4) of its
     // quadpair's 8x8 tile; rows are all equal here, so lanes 4q and 4q+2 cover all 8 columns.
+    // Column of accumulator j of word i: 4 * n + i, n = the MMA's column index.
     if (lane < 16 && (lane & 1) == 0) {
       const int q = lane >> 2;
 #pragma unroll
@@ -306,14 +353,11 @@ __device__ __forceinline__ void store_partials(const WarpAcc<kMma884>& acc, floa
       }
     }
   } else {
-    // m16n8k16 f32 accumulators: c0, c1 = row lane/4, columns 2(lane%4), 2(lane%4)+1.
-    if (lane < 4) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        part[4 * (2 * lane) + i] = acc.d[i][0];
-        part[4 * (2 * lane + 1) + i] = acc.d[i][1];
-      }
-    }
+    // m16n8k16 f32 accumulators: c0 = D[g][2t], c2 = D[g + 8][2t]; every n holds the same sum.
+    // Lane (g, t) writes column 4g + t: pair t / 2, row g (c0) or g + 8 (c2) for t even / odd.
+    const int t = lane & 3;
+    const float(&d)[4] = acc.d[t >> 1];
+    part[lane] = (t & 1) ? d[2] : d[0];
   }
 }
 
@@ -322,77 +366,186 @@ __device__ __forceinline__ bool route_is_valid(int e, int num_experts) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Hand-off of h between the units of one fused launch: per-route arrival counters in this
+// module. Every call leaves them at zero (the last unit B of a call resets them), so calls on
+// one device must not run concurrently; the route's calls are one per MoE layer on the model's
+// stream.
+
+struct FusedSync {
+  unsigned route_ready[kRoutes];  // unit A completions per route (kTiles13 when h_r is whole)
+  unsigned b_waited;              // unit B warps past their wait in the current call
+};
+__device__ FusedSync g_fused_sync;
+
+__device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+// Unit A's signal: its h stores (made by lanes 0..15 of warp 0, the caller) are fenced, then
+// one relaxed add publishes them (fence + relaxed write = a release pattern).
+__device__ __forceinline__ void signal_h_ready(int route, int lane) {
+  fence_acq_rel_gpu();
+  __syncwarp();
+  if (lane == 0) atomicAdd(&g_fused_sync.route_ready[route], 1u);
+}
+
+// A warp of unit B waits until all kTiles13 units A of `route` have published h (relaxed polls,
+// then a fence: an acquire pattern). A count that never arrives means concurrent calls on one
+// device or a broken launch: trap after 2^24 polls (seconds) instead of hanging the server.
+__device__ __forceinline__ void wait_h_ready(int route) {
+  unsigned polls = 0;
+  while (load_relaxed_gpu(&g_fused_sync.route_ready[route]) < static_cast<unsigned>(kTiles13)) {
+    if (++polls > (1u << 24)) __trap();
+  }
+  fence_acq_rel_gpu();
+}
+
+// Kernel A's CTA (tile, route) prefetches tile/10 of the route's W2 (codes and metadata, each
+// contiguous per expert) into L2 right after issuing its W13 loads, so W2 streams from HBM while
+// W13 is computed and kernel B's loads hit L2 whether or not its CTAs were resident early.
+// One 128 B line per thread: 160 lines of codes, then 40 (4-byte) or 30 (3-byte) of metadata.
+template <bool kMeta3>
+__device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int tile) {
+  constexpr int kLine = 128;
+  constexpr int kCodeBytes = kWords2 * 4 / kTiles13;                      // 20480
+  constexpr int kMetaBytes = kGroups2 * kHidden * (kMeta3 ? 3 : 4) / kTiles13;  // 5120 or 3840
+  constexpr int kCodeLines = kCodeBytes / kLine;
+  constexpr int kLines = kCodeLines + (kMetaBytes + kLine - 1) / kLine;
+  const int i = threadIdx.x;
+  if (i < kCodeLines) {
+    const char* base = reinterpret_cast<const char*>(a.w2 + static_cast<long long>(e) * kWords2);
+    prefetch_l2(base + tile * kCodeBytes + i * kLine);
+  } else if (i < kLines) {
+    const char* base = static_cast<const char*>(a.s2) +
+                       static_cast<long long>(e) * (kGroups2 * kHidden * (kMeta3 ? 3 : 4));
+    prefetch_l2(base + tile * kMetaBytes + (i - kCodeLines) * kLine);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Unit A: W13 + SwiGLU for one (tile, route): 16 values of intermediate[route]. kWarpsA warps
 // (dividing the 80 groups) split K; their FP32 partials meet in shared memory in warp order.
+// kSignal: publish h through g_fused_sync (the fused form).
+//
+// Critical path: x is loaded before ids (it does not depend on them) and only stored to shared
+// memory after the weight loads are issued, so the weight stream starts one round trip after
+// the kernel starts, not two.
 
-template <bool kMeta3, bool kMma884, int kWarpsA>
+// kLoadOnly (tuning runs only): stream the W13 loads as usual but skip the arithmetic (h is then
+// meaningless), which times kernel A's memory traffic alone.
+template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
   constexpr int kG = kGroups13 / kWarpsA;
-  constexpr int kDepthA = kG < kMaxDepthA ? kG : kMaxDepthA;
+  constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
+  constexpr int kXChunks = kG * 4;  // 16 B chunks of x in this warp's k slice
+  constexpr int kXPerLane = (kXChunks + 31) / 32;
   __shared__ float part[kWarpsA * kParts * kTile];
-  __shared__ uint4 xs[kWarpsA][kG * 4];
+  __shared__ uint4 xs[kWarpsA][kXChunks];
+  __shared__ __align__(16) __half hs[kTile / 2];
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
+  const int g0 = warp * kG;
+  uint4 xr[kXPerLane];
+#pragma unroll
+  for (int j = 0; j < kXPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < kXChunks) xr[j] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
+  }
   const int e = a.ids[route];
+  __half* h_out = a.intermediate + route * kInter + tile * (kTile / 2);
   if (!route_is_valid(e, a.num_experts)) {
-    if (threadIdx.x < kTile / 2) {
-      a.intermediate[route * kInter + tile * (kTile / 2) + threadIdx.x] = __float2half_rn(0.0f);
-    }
+    if (threadIdx.x < kTile / 2) h_out[threadIdx.x] = __float2half_rn(0.0f);
+    if (kSignal && warp == 0) signal_h_ready(route, lane);
     return;
   }
-  const int g0 = warp * kG;
   const LaneMap<kMma884> lm(lane);
   const uint4* codes = reinterpret_cast<const uint4*>(
       a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
   const unsigned char* meta =
       static_cast<const unsigned char*>(a.s13) +
       (static_cast<long long>(e) * kGroups13 * kN13 + g0 * kN13 + tile * kTile) * kRecordBytes;
-  // This warp's slice of x (kG groups x 64 B) into shared memory.
-  for (int i = lane; i < kG * 4; i += 32) {
-    xs[warp][i] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
+  constexpr int kMetaGroupBytes = kN13 * kRecordBytes;
+  GroupFrag<kMeta3> ring[kDepth];
+#pragma unroll
+  for (int g = 0; g < kDepth; ++g) load_group(ring[g], codes, meta, kMetaGroupBytes, g, lm);
+  if (!kSignal && (a.diag & kDiagNoW2Prefetch) == 0) prefetch_w2_share<kMeta3>(a, e, tile);
+#pragma unroll
+  for (int j = 0; j < kXPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < kXChunks) xs[warp][i] = xr[j];
   }
   __syncwarp();
 
   WarpAcc<kMma884> acc;
-  stream_dot<kG, kDepthA, kMeta3, kMma884>(acc, codes, meta, kN13 * kRecordBytes, xs[warp], lm);
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    if constexpr (kLoadOnly) {
+      const GroupFrag<kMeta3>& f = ring[g % kDepth];
+      acc.d[0][0] += __uint_as_float((f.codes.x ^ f.codes.y ^ f.codes.z ^ f.codes.w ^ f.meta.x ^
+                                      f.meta.y ^ f.meta.z ^ f.meta.w) & 0x3fffffffu);
+    } else {
+      dot_group<kMeta3, kMma884>(acc, ring[g % kDepth], xs[warp][4 * g + lm.kq]);
+    }
+    if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
+  }
   store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
   __syncthreads();
 
-  if (threadIdx.x < kTile / 2) {
-    const int i = threadIdx.x;
-    float gate = 0.0f, up = 0.0f;
-    // Fixed order: warps (k slices) ascending, quadpair partials ascending inside each warp.
-#pragma unroll 4
-    for (int p = 0; p < kWarpsA * kParts; ++p) {
-      gate += part[p * kTile + 2 * i];
-      up += part[p * kTile + 2 * i + 1];
+  if (warp == 0) {
+    if (lane < kTile / 2) {
+      float gate = 0.0f, up = 0.0f;
+      // Fixed order: warps (k slices) ascending, quadpair partials ascending inside each warp.
+#pragma unroll
+      for (int p = 0; p < kWarpsA * kParts; ++p) {
+        gate += part[p * kTile + 2 * lane];
+        up += part[p * kTile + 2 * lane + 1];
+      }
+      const __half gate16 = __float2half_rn(gate);
+      const __half up16 = __float2half_rn(up);
+      const float g = __half2float(gate16);
+      const __half silu16 = __float2half_rn(g / (1.0f + expf(-g)));
+      hs[lane] = __hmul(silu16, up16);
     }
-    const __half gate16 = __float2half_rn(gate);
-    const __half up16 = __float2half_rn(up);
-    const float g = __half2float(gate16);
-    const __half silu16 = __float2half_rn(g / (1.0f + expf(-g)));
-    a.intermediate[route * kInter + tile * (kTile / 2) + i] = __hmul(silu16, up16);
+    __syncwarp();
+    // 16 values = 32 B: two 16 B stores.
+    if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
+    if (kSignal) signal_h_ready(route, lane);
   }
 }
 
 // Unit B: W2 of all routes for one 32-column output tile, then the router-weighted sum.
-// kWarpsB warps; warp r handles route r. `wait_for_h()` runs after the W2 loads are issued and
-// before h is read (PDL in the two-kernel form, a counter in the fused form).
-template <bool kMeta3, bool kMma884, typename WaitForH>
+// kWarpsB warps; warp r handles route r. `wait_for_h(r)` runs after the W2 loads are issued and
+// before h_r is read (PDL in the two-kernel form, the route's counter in the fused form).
+// kPreDequant: dequantize W2 while waiting for h, into registers (80 per lane instead of the
+// codes' 40), so that only the MMAs remain after the wait. Used where the wait is real (PDL on
+// sm_90); without PDL kernel B starts after A has finished, and issuing the h loads right after
+// the W2 loads (one round trip for both) is better than dequantizing in between.
+// (Measured on the H200, `scripts/op_timing.py`, 4-byte, us/layer: dequant after the wait 7.17,
+// before it in registers 6.85, in shared memory with kernel B capped at 64 registers so that its
+// CTAs fit beside kernel A's 6.77; kernel B capped at 64 registers alone 7.00. The shared-memory
+// form needs 100 KB per CTA, which sm_86/sm_89 do not have, for a gain within the noise.)
+template <bool kMeta3, bool kMma884, bool kPreDequant = false, typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
   constexpr int kG = kGroups2;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
   __shared__ float part[kWarpsB * kParts * kTile];
   __shared__ float ys[kRoutes * kTile];
-  __shared__ uint4 hs[kRoutes][kInter / 8];
+  __shared__ float wts[kRoutes];
+  __shared__ int valid_s[kRoutes];
 
   const int route = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int e = a.ids[route];
+  const float weight = a.weights[route];  // read now: the combine at the end then waits for nothing
   const bool valid = route_is_valid(e, a.num_experts);
   const LaneMap<kMma884> lm(lane);
   GroupFrag<kMeta3> f[kG];
@@ -406,17 +559,33 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 #pragma unroll
     for (int g = 0; g < kG; ++g) load_group(f[g], codes, meta, kHidden * kRecordBytes, g, lm);
   }
-  wait_for_h();
+  if (lane == 0) {
+    wts[route] = weight;
+    valid_s[route] = valid;
+  }
+  GroupWeights q[kPreDequant ? kG : 1];
+  if (kPreDequant && valid) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) dequant_group<kMeta3>(q[kPreDequant ? g : 0], f[g]);
+  }
+  wait_for_h(route);
 
   if (valid) {
-    // h was written by other CTAs during this launch or the previous one: read it from L2.
-    if (lane < kInter / 8) {
-      hs[route][lane] = __ldcg(reinterpret_cast<const uint4*>(a.intermediate + route * kInter) + lane);
-    }
-    __syncwarp();
+    // h_r was written by other CTAs (this launch or the previous one): read it from L2, straight
+    // into the registers that hold the lane's k slice of each group.
+    const uint4* h4 = reinterpret_cast<const uint4*>(a.intermediate + route * kInter);
+    uint4 hv[kG];
+#pragma unroll
+    for (int g = 0; g < kG; ++g) hv[g] = __ldcg(h4 + 4 * g + lm.kq);
     WarpAcc<kMma884> acc;
 #pragma unroll
-    for (int g = 0; g < kG; ++g) dot_group<kMeta3, kMma884>(acc, f[g], hs[route] + 4 * g, lm);
+    for (int g = 0; g < kG; ++g) {
+      if constexpr (kPreDequant) {
+        mma_group<kMma884>(acc, q[g], hv[g]);
+      } else {
+        dot_group<kMeta3, kMma884>(acc, f[g], hv[g]);
+      }
+    }
     store_partials<kMma884>(acc, part + route * kParts * kTile, lane);
     __syncwarp();
     // y_route = fp16(FP32 sum over k), per route; quadpair partials in ascending order.
@@ -433,7 +602,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 #pragma unroll
     for (int r = 0; r < kRoutes; ++r) {
       // Invalid routes contribute exactly zero (skipped, so a NaN weight there cannot leak).
-      if (route_is_valid(a.ids[r], a.num_experts)) acc = fmaf(a.weights[r], ys[r * kTile + c], acc);
+      if (valid_s[r]) acc = fmaf(wts[r], ys[r * kTile + c], acc);
     }
     a.out[tile * kTile + c] = __float2half_rn(acc);
   }
@@ -445,7 +614,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 
 // Kernel A: grid (kTiles13, kRoutes), kWarpsA * 32 threads. kWarpsA other than warps_a() exists
 // for tuning runs.
-template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884)>
+template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884), bool kLoadOnly = false>
 __global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_kernel(MoeArgs a) {
   // The previous kernel (the router) writes ids and x: wait for it before reading them.
   pdl_wait_primary();
@@ -455,17 +624,17 @@ __global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_ker
     if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
     return;
   }
-  w13_swiglu_unit<kMeta3, kMma884, kWarpsA>(a, blockIdx.x, blockIdx.y);
+  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly>(a, blockIdx.x, blockIdx.y);
 }
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
-template <bool kMeta3, bool kMma884>
+template <bool kMeta3, bool kMma884, bool kPreDequant = false>
 __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
   }
-  w2_combine_unit<kMeta3, kMma884>(a, blockIdx.x, [] {
+  w2_combine_unit<kMeta3, kMma884, kPreDequant>(a, blockIdx.x, [](int) {
     // The next layer's kernels may be scheduled now; they wait for our completion themselves.
     pdl_launch_dependents();
     pdl_wait_primary();  // kernel A's intermediate is complete and visible after this
@@ -475,67 +644,35 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 // ---------------------------------------------------------------------------------------------
 // Fused form (sm_80+, used when all kFusedCtas CTAs can be resident at once, so a waiting CTA
 // can never keep a producing CTA from running): one launch, CTAs [0, 100) run unit A and CTAs
-// [100, 180) unit B. The B CTAs issue their W2 loads at once, then wait on a device-scope
-// arrival counter for all 100 A units. One launch instead of two removes a kernel boundary
-// (about 1.3 us on an H200 in a graph) and lets W2 stream in parallel with W13.
-//
-// The counters live in this module (no allocation per call) and are never reset: call n (n
-// counted from 0 per device) waits for A arrivals to reach (n + 1) * 100; the last B CTA of a
-// call advances the epoch n. Calls on one device must therefore not run concurrently (two
-// streams at once); the route's calls are one per MoE layer on the model's stream.
+// [100, 180) unit B. The B CTAs issue their W2 loads at once, then each warp waits for its own
+// route's 10 A units (g_fused_sync), so W2 streams in parallel with W13 and no kernel boundary
+// sits between them.
 
 constexpr int kFusedWarps = kWarpsB;  // 10 warps: unit A then splits K in 8-group slices
 constexpr int kFusedCtasA = kTiles13 * kRoutes;
 constexpr int kFusedCtas = kFusedCtasA + kTiles2;
 
-struct FusedSync {
-  unsigned epoch;       // completed fused calls on this device
-  unsigned a_arrivals;  // unit A completions, all calls
-  unsigned b_done;      // unit B completions, all calls
-};
-__device__ FusedSync g_fused_sync;
-
-__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void add_release_gpu(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 template <bool kMeta3>
-__global__ void __launch_bounds__(kFusedWarps * 32) fused_moe_kernel(MoeArgs a) {
-  __shared__ unsigned epoch_s;
-  pdl_wait_primary();  // ids, x and the previous call's counters are final after this
+__global__ void __launch_bounds__(kFusedWarps * 32, 2) fused_moe_kernel(MoeArgs a) {
+  pdl_wait_primary();  // ids and x are final after this (and the previous call has completed)
   pdl_launch_dependents();
-  if (threadIdx.x == 0) epoch_s = load_acquire_gpu(&g_fused_sync.epoch);
-  __syncthreads();
-  const unsigned epoch = epoch_s;
   if (blockIdx.x < kFusedCtasA) {
-    w13_swiglu_unit<kMeta3, false, kFusedWarps>(a, blockIdx.x % kTiles13, blockIdx.x / kTiles13);
-    __syncthreads();  // every h store of this CTA happens before the release below
-    if (threadIdx.x == 0) add_release_gpu(&g_fused_sync.a_arrivals, 1u);
+    w13_swiglu_unit<kMeta3, false, kFusedWarps, true>(a, blockIdx.x % kTiles13,
+                                                      blockIdx.x / kTiles13);
     return;
   }
-  w2_combine_unit<kMeta3, false>(a, blockIdx.x - kFusedCtasA, [epoch] {
-    if (threadIdx.x == 0) {
-      const unsigned target = (epoch + 1u) * static_cast<unsigned>(kFusedCtasA);
-      // Back off between polls so 80 pollers do not crowd the line the 100 arrivals update.
-      while (static_cast<int>(load_acquire_gpu(&g_fused_sync.a_arrivals) - target) < 0) {
-        __nanosleep(64);
-      }
-    }
-    __syncthreads();
+  // Each warp takes a ticket once past its wait; the result is only needed at the end, so the
+  // atomic's round trip overlaps the W2 work. The last ticket of the call (every warp of every
+  // unit B is past its wait, so every unit A has arrived) leaves the counters at zero.
+  unsigned ticket = 0;
+  w2_combine_unit<kMeta3, false>(a, blockIdx.x - kFusedCtasA, [&ticket](int route) {
+    wait_h_ready(route);
+    if ((threadIdx.x & 31) == 0) ticket = atomicAdd(&g_fused_sync.b_waited, 1u);
   });
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned done = atomicAdd(&g_fused_sync.b_done, 1u);
-    if (done == (epoch + 1u) * static_cast<unsigned>(kTiles2) - 1u) {
-      // Last unit B of this call: every CTA of the call has read the epoch by now.
-      __threadfence();
-      atomicAdd(&g_fused_sync.epoch, 1u);
-    }
+  if ((threadIdx.x & 31) == 0 && ticket == static_cast<unsigned>(kTiles2 * kWarpsB) - 1u) {
+#pragma unroll
+    for (int r = 0; r < kRoutes; ++r) g_fused_sync.route_ready[r] = 0u;
+    g_fused_sync.b_waited = 0u;
   }
 }
 
