@@ -32,6 +32,9 @@ DIAG = {
     "A20warps": 3 << 6,
     "two-kernels": 256,
     "fused": 512,
+    "no-prefetch": 1024,
+    "B-dequant-late": 2048,
+    "A-load-only": 8192 | 4,
 }
 ROUTE_BYTES = {"4byte": 10 * 768_000, "3byte": 10 * (409_600 + 76_800 + 204_800 + 38_400)}
 
@@ -81,6 +84,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--paths", default="auto,mma884")
     parser.add_argument("--diag", default="", help="comma list of " + ",".join(DIAG))
+    parser.add_argument(
+        "--all-formats", action="store_true", help="the --diag variants for 3byte too"
+    )
     args = parser.parse_args()
     loaded = build.load()
     name = torch.cuda.get_device_name()
@@ -90,7 +96,7 @@ def main() -> None:
         banks = make_banks(fmt, args.layers)
         for path_name in args.paths.split(","):
             for diag in [""] + [d for d in args.diag.split(",") if d]:
-                if diag and (fmt != "4byte" or path_name != "auto"):
+                if diag and (path_name != "auto" or (fmt != "4byte" and not args.all_formats)):
                     continue
                 path = PATHS[path_name] | DIAG[diag]
                 us = time_variant(banks, path, args.iters)

@@ -16,6 +16,9 @@ from qpnserve.config import BENCH_OP_FORMAT, BENCH_OP_ITERS, BENCH_OP_LAYERS
 if TYPE_CHECKING:
     from qpnserve.benchop.route_bytes import MetaFormat
 
+# The keys of qpnserve.benchop.cuda.OP_PATHS, kept here so that option checks import no torch.
+OP_PATH_NAMES = ("auto", "mma16816", "mma884", "fused", "two-kernels")
+
 
 @bench_app.command("op")
 @handles_errors
@@ -37,7 +40,8 @@ def bench_op(
     op_path: str = typer.Option(
         "auto",
         "--op-path",
-        help="Pin the op's inner-product path: auto, mma16816 or mma884 (the V100 path).",
+        help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused or two-kernels"
+        " (the launch form on sm_80+).",
     ),
     prefetch_floor: bool = typer.Option(
         False,
@@ -52,8 +56,9 @@ def bench_op(
 
     if fmt not in ("4byte", "3byte"):
         raise UsageError(f"--format must be 4byte or 3byte, got {fmt!r}")
-    if op_path not in ("auto", "mma16816", "mma884"):
-        raise UsageError(f"--op-path must be auto, mma16816 or mma884, got {op_path!r}")
+    if op_path not in OP_PATH_NAMES:
+        names = ", ".join(OP_PATH_NAMES)
+        raise UsageError(f"--op-path must be one of {names}, got {op_path!r}")
     for name, value in (("--layers", layers), ("--iters", iters), ("--rounds", rounds)):
         if value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")

@@ -23,6 +23,13 @@ def test_bench_op_rejects_unknown_op_path() -> None:
     assert "--op-path" in result.output
 
 
+def test_op_path_names_of_the_cli_are_the_paths_the_benchmark_knows() -> None:
+    from qpnserve.benchop.cuda import OP_PATHS
+    from qpnserve.cli.bench_op import OP_PATH_NAMES
+
+    assert set(OP_PATH_NAMES) == set(OP_PATHS)
+
+
 def test_bench_op_rejects_zero_layers() -> None:
     result = runner.invoke(app, ["bench", "op", "--layers", "0"])
     assert result.exit_code == 2
