@@ -56,8 +56,9 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kDiagLoadOnlyA;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
-// x E=512, 4-byte): two kernels 8.72 us/layer, fused 11.21-11.41 (its counter hand-off costs
-// more than the kernel boundary it removes). The fused form stays available (PATH_FUSED).
+// x E=512, 4-byte, commit 2f89565): two kernels 6.94 us/layer, fused 9.30 (its counter
+// hand-off costs more than the kernel boundary it removes: 3.14 against 1.90 us with every id
+// invalid). The fused form stays available (PATH_FUSED).
 constexpr bool kPreferFused = false;
 
 // Whether all kFusedCtas CTAs of the fused kernel can be resident at once on this device (then

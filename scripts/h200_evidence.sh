@@ -4,6 +4,8 @@
 # tuning sweep that splits the op's time. Run from the repository root; results go to $OUT
 # (default ./.out).
 #   QPNSERVE_GIT_COMMIT=<commit> bash scripts/h200_evidence.sh
+# Pass the commit from the machine that holds the history: a copy of the tree sent to a GPU
+# host can carry stale git metadata (it once recorded the previous commit).
 # The H200 image lacks pydantic/platformdirs: put their wheels in .whl/ (README of the device
 # notes) and they are installed to /tmp/site first.
 set -u
