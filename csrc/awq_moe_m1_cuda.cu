@@ -168,8 +168,26 @@ void awq_moe_m1_out_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Te
   awq_moe_m1_out_path_cuda(out, intermediate, x, w13, s13, w2, s2, ids, weights, kAuto);
 }
 
+#ifdef QPN_TRACE
+// Tracing builds only: copy the last call's timeline stamps into out (int64, 256 x 4).
+void trace_read_cuda(at::Tensor& out) {
+  TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kLong && out.is_contiguous() &&
+                  out.numel() == qpn::kTraceSlots * qpn::kTraceStamps,
+              "qpnserve_trace::read: out must be a contiguous CUDA int64 tensor of 1024 elements");
+  const c10::cuda::CUDAGuard guard(out.device());
+  C10_CUDA_CHECK(cudaMemcpyFromSymbolAsync(
+      out.data_ptr(), qpn::g_trace, sizeof(qpn::g_trace), 0, cudaMemcpyDeviceToDevice,
+      at::cuda::getCurrentCUDAStream(out.get_device()).stream()));
+}
+#endif
+
 }  // namespace
 }  // namespace qpnserve
+
+#ifdef QPN_TRACE
+TORCH_LIBRARY(qpnserve_trace, m) { m.def("read(Tensor(a!) out) -> ()"); }
+TORCH_LIBRARY_IMPL(qpnserve_trace, CUDA, m) { m.impl("read", &qpnserve::trace_read_cuda); }
+#endif
 
 TORCH_LIBRARY_IMPL(qpnserve, CUDA, m) {
   m.impl("awq_moe_m1_out", &qpnserve::awq_moe_m1_out_cuda);

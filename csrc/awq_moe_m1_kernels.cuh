@@ -81,6 +81,26 @@ constexpr int kDiagLaunchOnly = 1;
 constexpr int kDiagNoW2Prefetch = 2;
 
 // ---------------------------------------------------------------------------------------------
+// Timeline stamps, in tracing builds only (-DQPN_TRACE, `scripts/op_trace.py`): thread 0 of every
+// CTA writes %globaltimer at 4 points of the call, slot = route * 10 + tile for units A, 100 +
+// tile for units B; each call overwrites the previous one's.
+
+constexpr int kTraceSlots = 256;
+constexpr int kTraceStamps = 4;
+#ifdef QPN_TRACE
+__device__ unsigned long long g_trace[kTraceSlots][kTraceStamps];
+__device__ __forceinline__ void trace_stamp(int slot, int k) {
+  if (threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    g_trace[slot][k] = t;
+  }
+}
+#else
+__device__ __forceinline__ void trace_stamp(int, int) {}
+#endif
+
+// ---------------------------------------------------------------------------------------------
 // Small device helpers
 
 __device__ __forceinline__ unsigned h2_bits(__half2 v) { return *reinterpret_cast<unsigned*>(&v); }
@@ -459,6 +479,8 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     const int i = lane + 32 * j;
     if (i < kXChunks) xr[j] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
   }
+  const int slot = route * kTiles13 + tile;
+  trace_stamp(slot, 0);
   const int e = a.ids[route];
   __half* h_out = a.intermediate + route * kInter + tile * (kTile / 2);
   if (!route_is_valid(e, a.num_experts)) {
@@ -466,6 +488,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     if (kSignal && warp == 0) signal_h_ready(route, lane);
     return;
   }
+  trace_stamp(slot, 1);  // ids known
   const LaneMap<kMma884> lm(lane);
   const uint4* codes = reinterpret_cast<const uint4*>(
       a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
@@ -498,6 +521,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   }
   store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
   __syncthreads();
+  trace_stamp(slot, 2);  // every warp's dot products done
 
   if (warp == 0) {
     if (lane < kTile / 2) {
@@ -517,6 +541,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     __syncwarp();
     // 16 values = 32 B: two 16 B stores.
     if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
+    trace_stamp(slot, 3);  // h stored
     if (kSignal) signal_h_ready(route, lane);
   }
 }
@@ -544,6 +569,8 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 
   const int route = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
+  const int slot = kTiles13 * kRoutes + tile;
+  trace_stamp(slot, 0);
   const int e = a.ids[route];
   const float weight = a.weights[route];  // read now: the combine at the end then waits for nothing
   const bool valid = route_is_valid(e, a.num_experts);
@@ -568,7 +595,9 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 #pragma unroll
     for (int g = 0; g < kG; ++g) dequant_group<kMeta3>(q[kPreDequant ? g : 0], f[g]);
   }
+  trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
   wait_for_h(route);
+  trace_stamp(slot, 2);  // h may be read
 
   if (valid) {
     // h_r was written by other CTAs (this launch or the previous one): read it from L2, straight
@@ -606,6 +635,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     }
     a.out[tile * kTile + c] = __float2half_rn(acc);
   }
+  trace_stamp(slot, 3);  // out stored
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,124 @@
+"""Timeline of one op call on the GPU: where the time goes between kernel A and kernel B.
+
+    python scripts/op_trace.py [--layers 8] [--replays 20] [--paths auto,fused] [--format 4byte]
+
+Builds csrc/ a second time with -DQPN_TRACE (a separate library in --build-dir, never the one
+`qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer at four points of a
+call (csrc/awq_moe_m1_kernels.cuh, trace_stamp). It replays a CUDA graph of --layers calls like
+scripts/op_timing.py and reads the last call's stamps: a call in steady state, whose kernel A
+waited for the previous call's kernel B. Times are in ns from the first unit A's start.
+For tuning runs on a GPU host; not a benchmark (the stamps cost a few instructions each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+from op_timing import DIAG, PATHS, make_banks
+
+from qpnserve.kernels import reference as ref
+from qpnserve.resources import resource_dir
+
+UNITS_A, UNITS_B, STAMPS = 100, 80, 4
+A_POINTS = ("start", "ids known", "dots done", "h stored")
+B_POINTS = ("start", "ready to wait", "wait over", "out stored")
+
+
+def build_traced(build_dir: Path) -> None:
+    from torch.utils import cpp_extension
+
+    csrc = resource_dir("csrc")
+    major, minor = torch.cuda.get_device_capability()
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    sources = [str(p) for p in sorted(csrc.iterdir()) if p.suffix in (".cpp", ".cu")]
+    flags = ["-O3", "-std=c++17", "-DQPN_TRACE"]
+    cpp_extension.load(
+        name="qpnserve_ops_trace",
+        sources=sources,
+        extra_cflags=flags,
+        extra_cuda_cflags=flags,
+        extra_include_paths=[str(csrc)],
+        build_directory=str(build_dir),
+        is_python_module=False,
+        verbose=False,
+    )
+
+
+def traced_call(banks: list[ref.Banks], path: int, replays: int) -> torch.Tensor:
+    dev = "cuda"
+    inputs = [ref.random_inputs(200 + i, 512, device=dev) for i in range(len(banks))]
+    outs = [torch.empty(1, 2560, dtype=torch.float16, device=dev) for _ in banks]
+    inter = torch.empty(10, 160, dtype=torch.float16, device=dev)
+
+    def step() -> None:
+        for b, (x, ids, w), out in zip(banks, inputs, outs, strict=True):
+            torch.ops.qpnserve.awq_moe_m1_out_path(
+                out, inter, x, b.w13, b.s13, b.w2, b.s2, ids, w, path
+            )
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(replays):
+        graph.replay()
+    stamps = torch.zeros(256 * STAMPS, dtype=torch.int64, device=dev)
+    torch.ops.qpnserve_trace.read(stamps)
+    torch.cuda.synchronize()
+    return stamps.view(256, STAMPS).cpu()
+
+
+def spread(values: list[int]) -> str:
+    return f"{min(values):7d} {int(statistics.median(values)):7d} {max(values):7d}"
+
+
+def report(stamps: torch.Tensor) -> None:
+    t0 = int(stamps[:UNITS_A, 0].min())
+    a = (stamps[:UNITS_A] - t0).tolist()
+    b = (stamps[UNITS_A : UNITS_A + UNITS_B] - t0).tolist()
+    print(f"  {'point (ns from the first unit A start)':44} {'min':>7} {'median':>7} {'max':>7}")
+    for k, name in enumerate(A_POINTS):
+        print(f"  unit A {name:37} {spread([row[k] for row in a])}")
+    for k, name in enumerate(B_POINTS):
+        print(f"  unit B {name:37} {spread([row[k] for row in b])}")
+    a_h = max(row[3] for row in a)
+    b_wait = [row[2] for row in b]
+    print(
+        f"  last h stored -> first / last unit B past its wait: "
+        f"{min(b_wait) - a_h} / {max(b_wait) - a_h} ns; "
+        f"last wait over -> last out stored: {max(row[3] for row in b) - max(b_wait)} ns"
+    )
+    deltas = sorted({int(v) % 1000 for row in a + b for v in row})
+    print(f"  timer resolution check: {len(deltas)} distinct ns-within-us values")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--paths", default="auto,fused", help="comma list of: auto, fused")
+    parser.add_argument("--format", dest="fmt", default="4byte", choices=ref.FORMATS)
+    parser.add_argument("--build-dir", type=Path, default=None)
+    args = parser.parse_args()
+    build_dir = args.build_dir or Path(tempfile.mkdtemp(prefix="qpnserve-trace-"))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    build_traced(build_dir)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, traced build")
+    banks = make_banks(args.fmt, args.layers)
+    for name in args.paths.split(","):
+        path = PATHS["mma16816"] | (DIAG["fused"] if name == "fused" else DIAG["two-kernels"])
+        print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
+        report(traced_call(banks, path, args.replays))
+
+
+if __name__ == "__main__":
+    main()
