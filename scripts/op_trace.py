@@ -97,6 +97,9 @@ def report(stamps: torch.Tensor) -> None:
         f"{min(b_wait) - a_h} / {max(b_wait) - a_h} ns; "
         f"last wait over -> last out stored: {max(row[3] for row in b) - max(b_wait)} ns"
     )
+    first_h = min(row[3] for row in a)
+    early = sum(1 for row in b if row[0] < first_h)
+    print(f"  unit B CTAs started before the first h was stored: {early} of {UNITS_B}")
     deltas = sorted({int(v) % 1000 for row in a + b for v in row})
     print(f"  timer resolution check: {len(deltas)} distinct ns-within-us values")
 
@@ -105,7 +108,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--paths", default="auto,fused", help="comma list of: auto, fused")
+    parser.add_argument(
+        "--paths", default="auto,fused", help="comma list of: auto, or a --diag of op_timing.py"
+    )
     parser.add_argument("--format", dest="fmt", default="4byte", choices=ref.FORMATS)
     parser.add_argument("--build-dir", type=Path, default=None)
     args = parser.parse_args()
@@ -115,7 +120,7 @@ def main() -> None:
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, traced build")
     banks = make_banks(args.fmt, args.layers)
     for name in args.paths.split(","):
-        path = PATHS["mma16816"] | (DIAG["fused"] if name == "fused" else DIAG["two-kernels"])
+        path = PATHS["mma16816"] | (DIAG["two-kernels"] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
         report(traced_call(banks, path, args.replays))
 
