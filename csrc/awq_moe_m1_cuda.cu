@@ -11,8 +11,6 @@
 
 #include <array>
 #include <mutex>
-#include <set>
-#include <tuple>
 
 #include "awq_moe_m1_checks.h"
 #include "awq_moe_m1_kernels.cuh"
@@ -54,10 +52,9 @@ constexpr int64_t kForceFused = 512;     // the fused form wherever it fits
 constexpr int64_t kDiagNoPrefetch = 1024;  // kernel A does not prefetch W2 into L2
 constexpr int64_t kDiagBDequantLate = 2048;  // kernel B dequantizes W2 after the wait even with PDL
 constexpr int64_t kDiagLoadOnlyA = 8192;     // kernel A skips its arithmetic (wrong h)
-constexpr int64_t kDiagBSmem = 16384;        // kernel B dequantizes into shared memory (PDL)
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
-                              kDiagNoPrefetch | kDiagBDequantLate | kDiagLoadOnlyA | kDiagBSmem;
+                              kDiagNoPrefetch | kDiagBDequantLate | kDiagLoadOnlyA;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
 // x E=512, 4-byte, commit 2f89565): two kernels 6.94 us/layer, fused 9.30 (its counter
 // hand-off costs more than the kernel boundary it removes: 3.14 against 1.90 us with every id
@@ -80,22 +77,6 @@ bool fused_fits(int device) {
     cache[device] = per_sm * sms >= qpn::kFusedCtas ? 2 : 1;
   }
   return cache[device] == 2;
-}
-
-// Kernel B's shared-memory form needs kDequantSmemBytes of dynamic shared memory (above the
-// 48 KB default), and kernel A the largest shared-memory carveout, so that an SM running an A
-// CTA is already configured to take a B CTA beside it (an SM changes its carveout only when
-// idle). Set once per (kernels, device); not stream operations, so allowed during capture.
-using KernelFn = void (*)(qpn::MoeArgs);
-void allow_dequant_smem(KernelFn kernel_a, KernelFn kernel_b, int device) {
-  static std::mutex mu;
-  static std::set<std::tuple<KernelFn, KernelFn, int>> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!done.insert({kernel_a, kernel_b, device}).second) return;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel_b, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      qpn::kDequantSmemBytes));
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel_a, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      cudaSharedmemCarveoutMaxShared));
 }
 
 template <bool kMeta3, bool kUse884>
@@ -125,23 +106,17 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
   // B dequantizes its W2 while it waits.
   const bool use_pdl = cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
                        binary_has_pdl(kernel_a, device) &&
-                       binary_has_pdl(qpn::w2_combine_kernel<kMeta3, kUse884>, device);
-  KernelFn kernel_b = use_pdl && (diag & kDiagBDequantLate) == 0
-                          ? qpn::w2_combine_kernel<kMeta3, kUse884, qpn::kDequantInRegs>
-                          : qpn::w2_combine_kernel<kMeta3, kUse884, qpn::kDequantAfterWait>;
-  size_t smem_b = 0;
-  if (!kUse884 && use_pdl && (diag & kDiagBSmem)) {
-    kernel_b = qpn::w2_combine_kernel<kMeta3, false, qpn::kDequantInSmem>;
-    allow_dequant_smem(kernel_a, kernel_b, device);
-    smem_b = qpn::kDequantSmemBytes;
-  }
+                       binary_has_pdl(qpn::w2_combine_kernel<kMeta3, kUse884, true>, device);
+  auto* kernel_b = use_pdl && (diag & kDiagBDequantLate) == 0
+                       ? qpn::w2_combine_kernel<kMeta3, kUse884, true>
+                       : qpn::w2_combine_kernel<kMeta3, kUse884, false>;
   if ((diag & kDiagSkipA) == 0) {
     qpn_launch::launch(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(warps_a * 32), use_pdl,
                        stream, args);
   }
   if ((diag & kDiagSkipB) == 0) {
-    qpn_launch::launch_smem(kernel_b, dim3(qpn::kTiles2), dim3(qpn::kWarpsB * 32), smem_b,
-                            use_pdl, stream, args);
+    qpn_launch::launch(kernel_b, dim3(qpn::kTiles2), dim3(qpn::kWarpsB * 32), use_pdl, stream,
+                       args);
   }
 }
 

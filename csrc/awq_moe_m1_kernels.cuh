@@ -549,22 +549,17 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 // Unit B: W2 of all routes for one 32-column output tile, then the router-weighted sum.
 // kWarpsB warps; warp r handles route r. `wait_for_h(r)` runs after the W2 loads are issued and
 // before h_r is read (PDL in the two-kernel form, the route's counter in the fused form).
-// kDequant: when and where W2 is dequantized.
-//   kDequantAfterWait: with the MMAs, after the wait. Without PDL kernel B starts after A has
-//     finished, and issuing the h loads right after the W2 loads (one round trip for both) is
-//     better than dequantizing in between.
-//   kDequantInRegs: before the wait, into registers (80 per lane instead of the codes' 40), so
-//     that only the MMAs remain after it (PDL on sm_90).
-//   kDequantInSmem: before the wait, into kDequantSmemBytes of dynamic shared memory, so that
-//     kernel B fits in 64 registers and its CTAs beside kernel A's (tuning runs).
-// (Measured on the H200, `scripts/op_timing.py`, 4-byte, us/layer: after the wait 7.17, in
-// registers 6.85, in shared memory 6.77; kernel B capped at 64 registers, after the wait, 7.00.)
-constexpr int kDequantAfterWait = 0;
-constexpr int kDequantInRegs = 1;
-constexpr int kDequantInSmem = 2;
-constexpr int kDequantSmemBytes = kWarpsB * kGroups2 * 4 * 32 * 16;  // 102,400
-
-template <bool kMeta3, bool kMma884, int kDequant = kDequantAfterWait, typename WaitForH>
+// kPreDequant: dequantize W2 while waiting for h, into registers (80 per lane instead of the
+// codes' 40), so that only the MMAs remain after the wait. Used where the wait is real (PDL on
+// sm_90); without PDL kernel B starts after A has finished, and issuing the h loads right after
+// the W2 loads (one round trip for both) is better than dequantizing in between.
+// (Measured on the H200, `scripts/op_timing.py`, 4-byte, us/layer: dequant after the wait 7.17,
+// before it in registers 6.85, in shared memory with kernel B capped at 64 registers so that its
+// CTAs fit beside kernel A's 6.77; kernel B capped at 64 registers alone 7.00. The shared-memory
+// form, traced, starts all 80 B CTAs at once but spends 1.8 us after the wait and slows kernel
+// A beside it (commit 2a4857f, docs/evidence/bsmem/); it also needs 100 KB per CTA, which
+// sm_86/sm_89 do not have. Not kept.)
+template <bool kMeta3, bool kMma884, bool kPreDequant = false, typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
   constexpr int kG = kGroups2;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
@@ -597,24 +592,10 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     wts[route] = weight;
     valid_s[route] = valid;
   }
-  constexpr bool kInRegs = kDequant == kDequantInRegs;
-  GroupWeights q[kInRegs ? kG : 1];
-  extern __shared__ uint4 wq_smem[];  // kDequantInSmem: [route][group][word][lane]
-  uint4* wq = wq_smem + route * kG * 4 * 32 + lane;
-  if (kDequant != kDequantAfterWait && valid) {
+  GroupWeights q[kPreDequant ? kG : 1];
+  if (kPreDequant && valid) {
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      if constexpr (kInRegs) {
-        dequant_group<kMeta3>(q[g], f[g]);
-      } else {
-        GroupWeights t;
-        dequant_group<kMeta3>(t, f[g]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          wq[(g * 4 + i) * 32] = make_uint4(t.w[i][0], t.w[i][1], t.w[i][2], t.w[i][3]);
-        }
-      }
-    }
+    for (int g = 0; g < kG; ++g) dequant_group<kMeta3>(q[kPreDequant ? g : 0], f[g]);
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
   wait_for_h(route);
@@ -630,19 +611,8 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     WarpAcc<kMma884> acc;
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
-      if constexpr (kInRegs) {
+      if constexpr (kPreDequant) {
         mma_group<kMma884>(acc, q[g], hv[g]);
-      } else if constexpr (kDequant == kDequantInSmem) {
-        GroupWeights t;  // each lane reads back only what it wrote: no barrier needed
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint4 v = wq[(g * 4 + i) * 32];
-          t.w[i][0] = v.x;
-          t.w[i][1] = v.y;
-          t.w[i][2] = v.z;
-          t.w[i][3] = v.w;
-        }
-        mma_group<kMma884>(acc, t, hv[g]);
       } else {
         dot_group<kMeta3, kMma884>(acc, f[g], hv[g]);
       }
@@ -689,16 +659,14 @@ __global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_ker
   w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly>(a, blockIdx.x, blockIdx.y);
 }
 
-// Kernel B: grid (kTiles2), kWarpsB * 32 threads; the shared-memory form is capped at 64
-// registers (3 CTAs' worth), so that its CTAs fit beside kernel A's.
-template <bool kMeta3, bool kMma884, int kDequant = kDequantAfterWait>
-__global__ void __launch_bounds__(kWarpsB * 32, kDequant == kDequantInSmem ? 3 : 1)
-    w2_combine_kernel(MoeArgs a) {
+// Kernel B: grid (kTiles2), kWarpsB * 32 threads.
+template <bool kMeta3, bool kMma884, bool kPreDequant = false>
+__global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
   }
-  w2_combine_unit<kMeta3, kMma884, kDequant>(a, blockIdx.x, [](int) {
+  w2_combine_unit<kMeta3, kMma884, kPreDequant>(a, blockIdx.x, [](int) {
     // The next layer's kernels may be scheduled now; they wait for our completion themselves.
     pdl_launch_dependents();
     pdl_wait_primary();  // kernel A's intermediate is complete and visible after this

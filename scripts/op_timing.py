@@ -34,7 +34,6 @@ DIAG = {
     "fused": 512,
     "no-prefetch": 1024,
     "B-dequant-late": 2048,
-    "B-smem": 16384,
     "A-load-only": 8192 | 4,
 }
 ROUTE_BYTES = {"4byte": 10 * 768_000, "3byte": 10 * (409_600 + 76_800 + 204_800 + 38_400)}
