@@ -43,11 +43,15 @@ def make_banks(fmt: str, layers: int) -> list[ref.Banks]:
     return [ref.random_banks(512, seed=100 + i, fmt=fmt, device="cuda") for i in range(layers)]  # type: ignore[arg-type]
 
 
-def time_variant(banks: list[ref.Banks], path: int, iters: int) -> float:
+def capture_layers(
+    banks: list[ref.Banks], path: int
+) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]:
+    """A CUDA graph that runs the op once per layer (each with its own banks and random
+    inputs), warmed up by 20 replays, and the tensors it reads and writes: keep them alive as
+    long as the graph is replayed."""
     dev = "cuda"
-    layers = len(banks)
-    inputs = [ref.random_inputs(200 + i, 512, device=dev) for i in range(layers)]
-    outs = [torch.empty(1, 2560, dtype=torch.float16, device=dev) for _ in range(layers)]
+    inputs = [ref.random_inputs(200 + i, 512, device=dev) for i in range(len(banks))]
+    outs = [torch.empty(1, 2560, dtype=torch.float16, device=dev) for _ in banks]
     inter = torch.empty(10, 160, dtype=torch.float16, device=dev)
 
     def step() -> None:
@@ -66,6 +70,12 @@ def time_variant(banks: list[ref.Banks], path: int, iters: int) -> float:
         step()
     for _ in range(20):
         graph.replay()
+    return graph, [t for triple in inputs for t in triple] + [*outs, inter]
+
+
+def time_variant(banks: list[ref.Banks], path: int, iters: int) -> float:
+    layers = len(banks)
+    graph, _tensors = capture_layers(banks, path)
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from op_timing import DIAG, PATHS, make_banks
+from op_timing import DIAG, PATHS, capture_layers, make_banks
 
 from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
@@ -50,28 +50,10 @@ def build_traced(build_dir: Path) -> None:
 
 
 def traced_call(banks: list[ref.Banks], path: int, replays: int) -> torch.Tensor:
-    dev = "cuda"
-    inputs = [ref.random_inputs(200 + i, 512, device=dev) for i in range(len(banks))]
-    outs = [torch.empty(1, 2560, dtype=torch.float16, device=dev) for _ in banks]
-    inter = torch.empty(10, 160, dtype=torch.float16, device=dev)
-
-    def step() -> None:
-        for b, (x, ids, w), out in zip(banks, inputs, outs, strict=True):
-            torch.ops.qpnserve.awq_moe_m1_out_path(
-                out, inter, x, b.w13, b.s13, b.w2, b.s2, ids, w, path
-            )
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph, _tensors = capture_layers(banks, path)
     for _ in range(replays):
         graph.replay()
-    stamps = torch.zeros(256 * STAMPS, dtype=torch.int64, device=dev)
+    stamps = torch.zeros(256 * STAMPS, dtype=torch.int64, device="cuda")
     torch.ops.qpnserve_trace.read(stamps)
     torch.cuda.synchronize()
     return stamps.view(256, STAMPS).cpu()
