@@ -1,45 +1,27 @@
-// Device code of qpnserve::awq_moe_m1_out: the AWQ (4-bit, group 32) M=1 MoE decode operator.
-//
-// This header includes nothing but cuda_fp16.h so that NVRTC (the sm_70 CI gate) can compile it
-// without torch. The torch binding is in awq_moe_m1_cuda.cu; the contract (bank layout, staged
-// roundings) is docs/ and ../shared/contract.md sections 3-4.
+// Kernels of qpnserve::awq_moe_m1_out: the AWQ (4-bit, group 32) M=1 MoE decode operator.
+// The per-warp arithmetic (decode, tensor-core steps) is in awq_moe_m1_math.cuh; the torch
+// binding in awq_moe_m1_cuda.cu; the contract (bank layout, staged roundings) in
+// docs/contract.md sections 3-4. Like the math header, this one needs nothing but cuda_fp16.h
+// (NVRTC compiles it for the sm_70 CI gate).
 //
 // Work split (two launches, no atomics, every reduction in a fixed order):
 //   kernel A  grid (10 W13 column tiles, 10 routes), 8 or 16 warps: each warp streams kG groups
 //             (32 k x 32 columns, 512 B of codes + metadata each) of one tile of one routed
-//             expert; the warps' FP32 partials meet in shared memory in warp order; 16 threads
-//             apply SwiGLU and write 16 values of intermediate[route].
-//   kernel B  grid (80 W2 column tiles), one warp per route: each warp prefetches its 5 groups
-//             of W2 (independent of h), waits for kernel A (PDL on sm_90), dots them with h,
-//             rounds y_route to FP16; 32 threads combine the routes in router order.
-//
-// Inner product: each lane holds one 128-bit load = 4 columns x 8 consecutive k (one int32 word
-// per column). The 8 codes decode with the magic-number trick into 4 exact half2 pairs, then
-// one HFMA2 (q * s + b, a single FP16 rounding, as the contract demands). The FP16 x FP16
-// products are exact and accumulate in FP32 on the tensor cores: mma.m8n8k4 (HMMA.884, the
-// V100 instruction) on sm_70, mma.m16n8k16 on sm_80+. Every row of the A operand carries x, so
-// every accumulator row holds the same (wanted) result and only the column map matters.
+//             expert, then prefetches its share of the route's W2 into L2; the warps' FP32
+//             partials meet in shared memory in warp order; 16 threads apply SwiGLU and write
+//             16 values of intermediate[route].
+//   kernel B  grid (80 W2 column tiles), one warp per route: each warp loads its 5 groups of
+//             W2 (independent of h) and, under PDL on sm_90, dequantizes them while it waits
+//             for kernel A; then dots them with h, rounds y_route to FP16; 32 threads combine
+//             the routes in router order.
+// A fused single-launch form (sm_80+, per-route counters instead of the kernel boundary) is at
+// the end; it is tested but slower on the H200 (docs/performance.md section 4).
 
 #pragma once
 
-#include <cuda_fp16.h>
+#include "awq_moe_m1_math.cuh"
 
 namespace qpn {
-
-// Geometry of one TP4 rank of Qwen3.8 (contract section 2). E (experts) is a run-time value.
-constexpr int kHidden = 2560;                   // W13 K, W2 N
-constexpr int kInter = 160;                     // W2 K (intermediate per rank)
-constexpr int kN13 = 2 * kInter;                // W13 N: gate_i at column 2i, up_i at 2i+1
-constexpr int kRoutes = 10;                     // top-k
-constexpr int kGroup = 32;                      // AWQ group along K
-constexpr int kTile = 32;                       // columns per weight tile of the bank layout
-constexpr int kGroups13 = kHidden / kGroup;     // 80
-constexpr int kGroups2 = kInter / kGroup;       // 5
-constexpr int kTiles13 = kN13 / kTile;          // 10
-constexpr int kTiles2 = kHidden / kTile;        // 80
-constexpr int kWords13 = kHidden * kN13 / 8;    // int32 code words per expert, W13
-constexpr int kWords2 = kInter * kHidden / 8;   // int32 code words per expert, W2
-constexpr int kGroupTileWords = kGroup * kTile / 8;  // 128 words = 512 B: one group x one tile
 
 // Kernel A geometry: 100 CTAs of warps_a() warps; each warp owns kGroups13 / warps_a() groups.
 // The m8n8k4 (V100) configuration uses 8 warps: its 32 accumulator registers per lane would
@@ -50,9 +32,6 @@ constexpr int kWarpsB = kRoutes;
 // Kernel A's loads in flight per warp, in groups (512 B of codes + metadata each). V100 needs
 // only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (2 CTAs x 256 threads x
 // 3 groups x 32 B = 48 KB here); sm_80+ issues all of a warp's loads at once.
-// (Capping kernel B at 64 registers on sm_80+, so that a B CTA fits beside an A CTA and its W2
-// loads overlap A under PDL, was measured slower on the H200: 9.63 against 8.72 us/layer,
-// with 16 B of spills; B keeps the compiler's choice.)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr int kMaxDepthA = 3;
 #define QPN_A_MIN_BLOCKS 2
@@ -99,291 +78,6 @@ __device__ __forceinline__ void trace_stamp(int slot, int k) {
 #else
 __device__ __forceinline__ void trace_stamp(int, int) {}
 #endif
-
-// ---------------------------------------------------------------------------------------------
-// Small device helpers
-
-__device__ __forceinline__ unsigned h2_bits(__half2 v) { return *reinterpret_cast<unsigned*>(&v); }
-__device__ __forceinline__ __half2 bits_h2(unsigned v) { return *reinterpret_cast<__half2*>(&v); }
-
-// Programmatic dependent launch (sm_90+): let kernel B be scheduled while kernel A still runs,
-// and make B wait for A's completion (and its memory) only where it reads h.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Weights and metadata are read exactly once per call: streaming (evict-first) 128-bit loads.
-__device__ __forceinline__ uint4 load_stream(const uint4* p) { return __ldcs(p); }
-__device__ __forceinline__ unsigned load_stream(const unsigned* p) { return __ldcs(p); }
-
-// Bring one 128 B line into L2 (kept there in preference to the streamed W13 lines on sm_80+).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-#else
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-}
-
-// The lane's share of one (group, 32-column tile): 4 columns x 8 k, and their metadata.
-template <bool kMeta3>
-struct GroupFrag {
-  uint4 codes;  // word i = the 8 codes (k = 8*kq .. 8*kq+7 of the group) of column 4*col4 + i
-  uint4 meta;   // kMeta3: 12 bytes = 4 records (scale lo, scale hi, zero); else 4 x (scale, bias)
-};
-
-// Lane -> (kq, col4): which 8-row slice of the group (kq) and which 4-column block (col4) it
-// loads. The choice follows the MMA operand layout so that no shuffles are needed:
-// m16n8k16 wants k pairs indexed by lane % 4; m8n8k4 wants the 8 lanes of a quadpair
-// (lanes 4q..4q+3 and 4q+16..4q+19) on one k slice. Each warp's 32 x 16 B loads still cover
-// one contiguous 512 B group tile (fully coalesced).
-template <bool kMma884>
-struct LaneMap {
-  int kq, col4;
-  __device__ __forceinline__ explicit LaneMap(int lane) {
-    if (kMma884) {
-      kq = (lane >> 2) & 3;
-      col4 = (lane & 3) | ((lane >> 4) << 2);
-    } else {
-      kq = lane & 3;
-      col4 = lane >> 2;
-    }
-  }
-};
-
-// (a & kMask) | kMagic as one LOP3 (truth table 0xea); written in C++, ptxas emits an AND and
-// an OR, because one LOP3 takes only one immediate.
-template <unsigned kMask, unsigned kMagic>
-__device__ __forceinline__ unsigned and_or(unsigned a) {
-  unsigned r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(kMask), "n"(kMagic));
-  return r;
-}
-
-// The lane's metadata of one group, decoded once per group: 4 columns' scales and biases.
-//   4-byte: the records themselves, (scale, bias) in the low and high half of each word.
-//   3-byte: 12 bytes, records at byte 0, 3, 6, 9: (scale lo, scale hi, zero point). The bias
-//           b = fp16(-z * s) of two columns at a time: z (a byte) becomes an exact half through
-//           the 1024 magic number, and one HMUL2 rounds the exact product z * s once, the same
-//           value as the 4-byte form's stored bias, bit for bit.
-template <bool kMeta3>
-struct ColumnMeta;
-template <>
-struct ColumnMeta<false> {
-  unsigned rec[4];
-  __device__ __forceinline__ explicit ColumnMeta(const uint4& m) : rec{m.x, m.y, m.z, m.w} {}
-};
-template <>
-struct ColumnMeta<true> {
-  __half2 s01, s23, b01, b23;  // (column 0, column 1) and (column 2, column 3)
-  __device__ __forceinline__ explicit ColumnMeta(const uint4& m) {
-    const __half2 k1024 = bits_h2(0x64006400u);
-    s01 = bits_h2(__byte_perm(m.x, m.y, 0x4310));  // bytes 0, 1 | 3, 4
-    s23 = bits_h2(__byte_perm(m.y, m.z, 0x6532));  // bytes 6, 7 | 9, 10
-    // zero points (bytes 2 | 5 and 8 | 11) in the low byte of each half, the rest masked off
-    const unsigned z01_bits = and_or<0x00ff00ffu, 0x64006400u>(__byte_perm(m.x, m.y, 0x0502));
-    const unsigned z23_bits = and_or<0x00ff00ffu, 0x64006400u>(__byte_perm(m.z, 0, 0x0300));
-    const __half2 z01 = __hsub2(bits_h2(z01_bits), k1024);
-    const __half2 z23 = __hsub2(bits_h2(z23_bits), k1024);
-    b01 = __hmul2(z01, __hneg2(s01));
-    b23 = __hmul2(z23, __hneg2(s23));
-  }
-};
-
-// Scale and bias of the lane's column `i` (0..3), broadcast to both halves (a broadcast half
-// lets ptxas use the HFMA2 operand selectors .H0_H0 / .H1_H1 instead of a PRMT).
-template <bool kMeta3>
-__device__ __forceinline__ void column_scale_bias(const ColumnMeta<kMeta3>& cm, int i, __half2& s2,
-                                                  __half2& b2) {
-  if constexpr (kMeta3) {
-    const __half2 s = i < 2 ? cm.s01 : cm.s23;
-    const __half2 b = i < 2 ? cm.b01 : cm.b23;
-    s2 = (i & 1) ? __high2half2(s) : __low2half2(s);
-    b2 = (i & 1) ? __high2half2(b) : __low2half2(b);
-  } else {
-    const __half2 rec = bits_h2(cm.rec[i]);
-    s2 = __low2half2(rec);
-    b2 = __high2half2(rec);
-  }
-}
-
-// One word (8 codes of one column) -> 4 half2 weights in k order (k0,k1) (k2,k3) (k4,k5) (k6,k7).
-// The bank stores row j in nibble [0,2,4,6,1,3,5,7].index(j), so masking the low nibble of each
-// 16-bit half gives (k0,k1), the second nibble (k2,k3), and so on. OR-ing 0x6400 (1024.0) onto a
-// low nibble gives 1024 + q; onto the second nibble 0x5400 (64.0, ulp 1/16) gives 64 + q; the
-// subtraction is exact, and the HFMA2 is the single rounding w = fp16(q * s + b).
-__device__ __forceinline__ void dequant_word(unsigned word, __half2 s2, __half2 b2, unsigned (&w)[4]) {
-  const __half2 k1024 = bits_h2(0x64006400u);
-  const __half2 k64 = bits_h2(0x54005400u);
-  const unsigned hi = word >> 8;
-  const __half2 q01 = __hsub2(bits_h2(and_or<0x000f000fu, 0x64006400u>(word)), k1024);
-  const __half2 q23 = __hsub2(bits_h2(and_or<0x00f000f0u, 0x54005400u>(word)), k64);
-  const __half2 q45 = __hsub2(bits_h2(and_or<0x000f000fu, 0x64006400u>(hi)), k1024);
-  const __half2 q67 = __hsub2(bits_h2(and_or<0x00f000f0u, 0x54005400u>(hi)), k64);
-  w[0] = h2_bits(__hfma2(q01, s2, b2));
-  w[1] = h2_bits(__hfma2(q23, s2, b2));
-  w[2] = h2_bits(__hfma2(q45, s2, b2));
-  w[3] = h2_bits(__hfma2(q67, s2, b2));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tensor-core steps.
-
-// sm_80+: D(16x8, f32) += A(16x16, f16) * B(16x8, f16) with the WEIGHTS as A: row m of A is one
-// output column, so one instruction covers 16 columns x 16 k (256 weights; x as A would cover
-// only 8 columns, 128). Lane (g = lane / 4, t = lane % 4) supplies A rows g and g + 8 at logical
-// k 2t, 2t+1, 2t+8, 2t+9 and B (x, the same in every column n) at the same logical k. We bind
-// logical k (2t, 2t+1) to the real k (8t, 8t+1) of its word and (2t+8, 2t+9) to (8t+2, 8t+3)
-// (first MMA), then to (8t+4 .. 8t+7) (second). Row g is column 4g + c0, row g + 8 column
-// 4g + c1 of the lane's 4-column block.
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                             unsigned a3, unsigned b0, unsigned b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();  // never launched below sm_80: the launcher picks the m8n8k4 path there
-#endif
-}
-
-// sm_70+: per quadpair D(8x8, f32) += A(8x4, f16, every row = x) * B(4x8, f16). Each lane
-// supplies 4 consecutive k of one column (its word's first or second half) and the matching x.
-__device__ __forceinline__ void mma_m8n8k4(float (&d)[8], unsigned xa, unsigned xb, unsigned b0,
-                                           unsigned b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%11}, {%0,%1,%2,%3,%4,%5,%6,%7};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7])
-      : "r"(xa), "r"(xb), "r"(b0), "r"(b1));
-#endif
-}
-
-// Per-lane accumulators of one warp over its groups.
-//   m8n8k4:   d[i][8] per column word i; one partial per quadpair leaves the warp (each quadpair
-//             saw a different k slice).
-//   m16n8k16: d[p][4] per column pair p (words 2p, 2p+1 -> rows g, g+8); k is reduced inside
-//             the instruction, so one partial per column leaves the warp.
-template <bool kMma884>
-struct WarpAcc {
-  static constexpr int kSets = kMma884 ? 4 : 2;
-  static constexpr int kRegs = kMma884 ? 8 : 4;
-  static constexpr int kParts = kMma884 ? 4 : 1;
-  float d[kSets][kRegs];
-  __device__ __forceinline__ WarpAcc() {
-#pragma unroll
-    for (int i = 0; i < kSets; ++i)
-#pragma unroll
-      for (int j = 0; j < kRegs; ++j) d[i][j] = 0.0f;
-  }
-};
-
-// Issue the streaming loads of one group (index g of the warp's slice) of one (expert, tile).
-//   codes: the expert's words + tile offset, pointing at group 0 of the slice (uint4 units)
-//   meta:  byte pointer to the record of (group 0 of the slice, column 0 of the tile)
-//   meta_group_bytes: bytes between consecutive groups' records (N * record size)
-template <bool kMeta3, bool kMma884>
-__device__ __forceinline__ void load_group(GroupFrag<kMeta3>& f, const uint4* codes,
-                                           const unsigned char* meta, int meta_group_bytes, int g,
-                                           const LaneMap<kMma884>& lm) {
-  f.codes = load_stream(codes + g * (kGroupTileWords / 4) + 8 * lm.kq + lm.col4);
-  const unsigned char* m = meta + g * meta_group_bytes;
-  if constexpr (kMeta3) {
-    // 12 bytes at a 4-byte aligned offset (tile starts are 96 B multiples).
-    const unsigned* p = reinterpret_cast<const unsigned*>(m + 12 * lm.col4);
-    f.meta = make_uint4(load_stream(p), load_stream(p + 1), load_stream(p + 2), 0u);
-  } else {
-    f.meta = load_stream(reinterpret_cast<const uint4*>(m) + lm.col4);
-  }
-}
-
-// One loaded group, dequantized: w[i] = the 4 half2 weights of column word i (k order).
-struct GroupWeights {
-  unsigned w[4][4];
-};
-
-template <bool kMeta3>
-__device__ __forceinline__ void dequant_group(GroupWeights& q, const GroupFrag<kMeta3>& f) {
-  const unsigned words[4] = {f.codes.x, f.codes.y, f.codes.z, f.codes.w};
-  const ColumnMeta<kMeta3> cm(f.meta);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2 s2, b2;
-    column_scale_bias<kMeta3>(cm, i, s2, b2);
-    dequant_word(words[i], s2, b2, q.w[i]);
-  }
-}
-
-// Multiply-accumulate dequantized weights with the lane's activation slice
-// xv = act[8 kq .. 8 kq + 7] (fp16).
-template <bool kMma884>
-__device__ __forceinline__ void mma_group(WarpAcc<kMma884>& acc, const GroupWeights& q,
-                                          const uint4& xv) {
-  if constexpr (kMma884) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      mma_m8n8k4(acc.d[i], xv.x, xv.y, q.w[i][0], q.w[i][1]);
-      mma_m8n8k4(acc.d[i], xv.z, xv.w, q.w[i][2], q.w[i][3]);
-    }
-  } else {
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const unsigned(&w0)[4] = q.w[2 * p];
-      const unsigned(&w1)[4] = q.w[2 * p + 1];
-      mma_m16n8k16(acc.d[p], w0[0], w1[0], w0[1], w1[1], xv.x, xv.y);
-      mma_m16n8k16(acc.d[p], w0[2], w1[2], w0[3], w1[3], xv.z, xv.w);
-    }
-  }
-}
-
-template <bool kMeta3, bool kMma884>
-__device__ __forceinline__ void dot_group(WarpAcc<kMma884>& acc, const GroupFrag<kMeta3>& f,
-                                          const uint4& xv) {
-  GroupWeights q;
-  dequant_group<kMeta3>(q, f);
-  mma_group<kMma884>(acc, q, xv);
-}
-
-// Write a warp's per-column partials to part[kParts][32] (tile column index 0..31).
-template <bool kMma884>
-__device__ __forceinline__ void store_partials(const WarpAcc<kMma884>& acc, float* part, int lane) {
-  if constexpr (kMma884) {
-    // m8n8k4 f32 accumulators: register j of lane L is column (j&1) | (L&2) | (j&4) of its
-    // quadpair's 8x8 tile; rows are all equal here, so lanes 4q and 4q+2 cover all 8 columns.
-    // Column of accumulator j of word i: 4 * n + i, n = the MMA's column index.
-    if (lane < 16 && (lane & 1) == 0) {
-      const int q = lane >> 2;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (j & 2) continue;  // rows (j & 2) duplicate rows 0/1
-          const int n = (j & 1) | (lane & 2) | (j & 4);
-          part[q * kTile + 4 * n + i] = acc.d[i][j];
-        }
-      }
-    }
-  } else {
-    // m16n8k16 f32 accumulators: c0 = D[g][2t], c2 = D[g + 8][2t]; every n holds the same sum.
-    // Lane (g, t) writes column 4g + t: pair t / 2, row g (c0) or g + 8 (c2) for t even / odd.
-    const int t = lane & 3;
-    const float(&d)[4] = acc.d[t >> 1];
-    part[lane] = (t & 1) ? d[2] : d[0];
-  }
-}
-
-__device__ __forceinline__ bool route_is_valid(int e, int num_experts) {
-  return e >= 0 && e < num_experts;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Hand-off of h between the units of one fused launch: per-route arrival counters in this

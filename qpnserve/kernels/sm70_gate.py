@@ -1,11 +1,12 @@
 """The sm_70 compile gate: the operator's device code built for V100 without a GPU or nvcc.
 
 CUDA 13 cannot target sm_70, and CI has no GPU, so the gate compiles csrc/awq_moe_m1_kernels.cuh
-with the CUDA 12.8 NVRTC from PyPI (nvidia-cuda-nvrtc-cu12; headers from
-nvidia-cuda-runtime-cu12) to PTX for compute_70, then assembles it with ptxas 12.8
-(nvidia-cuda-nvcc-cu12) for sm_70 and reads its resource report. It fails on a compile error,
-on any spill or stack frame in a kernel that runs on sm_70, or when the weight loads are not
-128-bit. Run it with ``python scripts/sm70_gate.py`` (prints the report; --json for data).
+(with the awq_moe_m1_math.cuh it includes) with the CUDA 12.8 NVRTC from PyPI
+(nvidia-cuda-nvrtc-cu12; headers from nvidia-cuda-runtime-cu12) to PTX for compute_70, then
+assembles it with ptxas 12.8 (nvidia-cuda-nvcc-cu12) for sm_70 and reads its resource report.
+It fails on a compile error, on any spill or stack frame in a kernel that runs on sm_70, or
+when the weight loads are not 128-bit. Run it with ``python scripts/sm70_gate.py`` (prints the
+report; --json for data).
 """
 
 from __future__ import annotations
