@@ -51,10 +51,11 @@ constexpr int64_t kTwoKernels = 256;     // the two-kernel form even where the f
 constexpr int64_t kForceFused = 512;     // the fused form wherever it fits
 constexpr int64_t kDiagNoPrefetch = 1024;  // kernel A does not prefetch W2 into L2
 constexpr int64_t kDiagBDequantLate = 2048;  // kernel B dequantizes W2 after the wait even with PDL
+constexpr int64_t kForceSplit = 4096;        // the split form (kernels A + C) on any sm_80+
 constexpr int64_t kDiagLoadOnlyA = 8192;     // kernel A skips its arithmetic (wrong h)
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
-                              kDiagNoPrefetch | kDiagBDequantLate | kDiagLoadOnlyA;
+                              kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
 // x E=512, 4-byte, commit 2f89565): two kernels 6.94 us/layer, fused 9.30 (its counter
 // hand-off costs more than the kernel boundary it removes: 3.14 against 1.90 us with every id
@@ -79,9 +80,58 @@ bool fused_fits(int device) {
   return cache[device] == 2;
 }
 
+// The device address of the split form's shares buffer (a __device__ array of this module),
+// looked up once per device; the kernels take it as an argument (awq_moe_m1_kernels.cuh says
+// why). Needs the device guard of the caller.
+float* y_part_address(int device) {
+  static std::mutex mu;
+  static std::array<float*, 64> cache{};
+  std::lock_guard<std::mutex> lock(mu);
+  TORCH_CHECK(device >= 0 && device < static_cast<int>(cache.size()),
+              "awq_moe_m1_out: device index out of range");
+  if (cache[device] == nullptr) {
+    void* p = nullptr;
+    C10_CUDA_CHECK(cudaGetSymbolAddress(&p, qpn::g_y_part));
+    cache[device] = static_cast<float*>(p);
+  }
+  return cache[device];
+}
+
+// The split form: kernel A (W13, SwiGLU and the matching 16 rows of W2) then kernel C (the
+// shares' sum and the route combine), both programmatic dependents where the binary has PDL.
+template <bool kMeta3>
+void launch_split(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
+                  int64_t diag) {
+  auto* kernel_a = (diag & kDiagLoadOnlyA) ? qpn::split_a_kernel<kMeta3, true>
+                                           : qpn::split_a_kernel<kMeta3, false>;
+  auto* kernel_c = qpn::combine_split_kernel;
+  qpn::MoeArgs a = args;
+  a.y_part = y_part_address(device);
+  const bool use_pdl = cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
+                       binary_has_pdl(kernel_a, device) && binary_has_pdl(kernel_c, device);
+  if ((diag & kDiagSkipA) == 0) {
+    qpn_launch::launch(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(qpn::kSplitWarps * 32),
+                       use_pdl, stream, a);
+  }
+  if ((diag & kDiagSkipB) == 0) {
+    qpn_launch::launch(kernel_c, dim3(qpn::kTiles2), dim3(qpn::kRoutes * 32), use_pdl, stream, a);
+  }
+}
+
 template <bool kMeta3, bool kUse884>
 void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
             int64_t diag) {
+  if constexpr (!kUse884) {
+    // PATH_AUTO takes the split form where kernel C can be a programmatic dependent (sm_90).
+    const bool want_split =
+        (diag & kForceSplit) != 0 ||
+        ((diag & (kTwoKernels | kForceFused)) == 0 && cc_major >= 9 &&
+         binary_has_pdl(qpn::combine_split_kernel, device));
+    if (want_split) {
+      launch_split<kMeta3>(args, stream, device, cc_major, diag);
+      return;
+    }
+  }
   const bool want_fused = !kUse884 && (diag == kForceFused || (diag == 0 && kPreferFused));
   if (want_fused && fused_fits<kMeta3>(device)) {
     auto* kernel = qpn::fused_moe_kernel<kMeta3>;
@@ -169,11 +219,11 @@ void awq_moe_m1_out_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Te
 }
 
 #ifdef QPN_TRACE
-// Tracing builds only: copy the last call's timeline stamps into out (int64, 256 x 4).
+// Tracing builds only: copy the last call's timeline stamps into out (int64, 256 x 8).
 void trace_read_cuda(at::Tensor& out) {
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kLong && out.is_contiguous() &&
                   out.numel() == qpn::kTraceSlots * qpn::kTraceStamps,
-              "qpnserve_trace::read: out must be a contiguous CUDA int64 tensor of 1024 elements");
+              "qpnserve_trace::read: out must be a contiguous CUDA int64 tensor of 2048 elements");
   const c10::cuda::CUDAGuard guard(out.device());
   C10_CUDA_CHECK(cudaMemcpyFromSymbolAsync(
       out.data_ptr(), qpn::g_trace, sizeof(qpn::g_trace), 0, cudaMemcpyDeviceToDevice,

@@ -66,6 +66,29 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #endif
 }
 
+// cp.async (sm_80+): 16 bytes from global memory to shared memory without a register, cached
+// in L2 only; commit and wait by groups. Never executed below sm_80 (only the split form uses
+// them).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
 // The lane's share of one (group, 32-column tile): 4 columns x 8 k, and their metadata.
 template <bool kMeta3>
 struct GroupFrag {
@@ -153,18 +176,18 @@ __device__ __forceinline__ void column_scale_bias(const ColumnMeta<kMeta3>& cm, 
 // 16-bit half gives (k0,k1), the second nibble (k2,k3), and so on. OR-ing 0x6400 (1024.0) onto a
 // low nibble gives 1024 + q; onto the second nibble 0x5400 (64.0, ulp 1/16) gives 64 + q; the
 // subtraction is exact, and the HFMA2 is the single rounding w = fp16(q * s + b).
-__device__ __forceinline__ void dequant_word(unsigned word, __half2 s2, __half2 b2, unsigned (&w)[4]) {
+__device__ __forceinline__ void dequant_pairs(unsigned word, __half2 s2, __half2 b2, unsigned& w01,
+                                              unsigned& w23) {
   const __half2 k1024 = bits_h2(0x64006400u);
   const __half2 k64 = bits_h2(0x54005400u);
-  const unsigned hi = word >> 8;
   const __half2 q01 = __hsub2(bits_h2(and_or<0x000f000fu, 0x64006400u>(word)), k1024);
   const __half2 q23 = __hsub2(bits_h2(and_or<0x00f000f0u, 0x54005400u>(word)), k64);
-  const __half2 q45 = __hsub2(bits_h2(and_or<0x000f000fu, 0x64006400u>(hi)), k1024);
-  const __half2 q67 = __hsub2(bits_h2(and_or<0x00f000f0u, 0x54005400u>(hi)), k64);
-  w[0] = h2_bits(__hfma2(q01, s2, b2));
-  w[1] = h2_bits(__hfma2(q23, s2, b2));
-  w[2] = h2_bits(__hfma2(q45, s2, b2));
-  w[3] = h2_bits(__hfma2(q67, s2, b2));
+  w01 = h2_bits(__hfma2(q01, s2, b2));
+  w23 = h2_bits(__hfma2(q23, s2, b2));
+}
+__device__ __forceinline__ void dequant_word(unsigned word, __half2 s2, __half2 b2, unsigned (&w)[4]) {
+  dequant_pairs(word, s2, b2, w[0], w[1]);       // (k0, k1) (k2, k3)
+  dequant_pairs(word >> 8, s2, b2, w[2], w[3]);  // (k4, k5) (k6, k7)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,6 +263,18 @@ __device__ __forceinline__ void load_group(GroupFrag<kMeta3>& f, const uint4* co
   }
 }
 
+// The 4 metadata records of columns 4 col4 .. 4 col4 + 3 from a row of records in shared
+// memory (12 bytes at a 4-byte aligned offset for the 3-byte form).
+template <bool kMeta3>
+__device__ __forceinline__ uint4 lds_records(const unsigned char* row, int col4) {
+  if constexpr (kMeta3) {
+    const unsigned* p = reinterpret_cast<const unsigned*>(row + 12 * col4);
+    return make_uint4(p[0], p[1], p[2], 0u);
+  } else {
+    return reinterpret_cast<const uint4*>(row)[col4];
+  }
+}
+
 // One loaded group, dequantized: w[i] = the 4 half2 weights of column word i (k order).
 struct GroupWeights {
   unsigned w[4][4];
@@ -309,10 +344,51 @@ __device__ __forceinline__ void store_partials(const WarpAcc<kMma884>& acc, floa
   } else {
     // m16n8k16 f32 accumulators: c0 = D[g][2t], c2 = D[g + 8][2t]; every n holds the same sum.
     // Lane (g, t) writes column 4g + t: pair t / 2, row g (c0) or g + 8 (c2) for t even / odd.
-    const int t = lane & 3;
-    const float(&d)[4] = acc.d[t >> 1];
-    part[lane] = (t & 1) ? d[2] : d[0];
+    // Selects, not acc.d[t >> 1]: a run-time index would put the accumulators on the stack.
+    const bool odd = lane & 1;
+    const float v0 = odd ? acc.d[0][2] : acc.d[0][0];
+    const float v1 = odd ? acc.d[1][2] : acc.d[1][0];
+    part[lane] = (lane & 2) ? v1 : v0;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A 16-row slice of W2 (the split form): 16 k x one 32-column tile is one m16n8k16 step per
+// 16 columns. Lane (g, t) loads the 4 words of columns 4g .. 4g+3 at k block t / 2 (lanes t and
+// t ^ 1 load the same 16 B) and uses half of each word: rows 4 (t & 1) .. 4 (t & 1) + 3 of the
+// block, that is slice rows 4t .. 4t + 3, bound to the MMA's logical k (2t, 2t+1, 2t+8, 2t+9).
+// The activation operand is then h[4t .. 4t+3] for every lane.
+
+struct HalfWeights {
+  unsigned w[4][2];  // column word i: (k 4t, 4t+1), (k 4t+2, 4t+3) of the slice
+};
+
+template <bool kMeta3>
+__device__ __forceinline__ void dequant_half(HalfWeights& q, const GroupFrag<kMeta3>& f, int lane) {
+  const int shift = 8 * (lane & 1);
+  const unsigned words[4] = {f.codes.x, f.codes.y, f.codes.z, f.codes.w};
+  const ColumnMeta<kMeta3> cm(f.meta);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 s2, b2;
+    column_scale_bias<kMeta3>(cm, i, s2, b2);
+    dequant_pairs(words[i] >> shift, s2, b2, q.w[i][0], q.w[i][1]);
+  }
+}
+
+// The slice's contribution to the lane's column 4g + t of the tile (FP32, 16 k).
+__device__ __forceinline__ float mma_half(const HalfWeights& q, uint2 hv, int lane) {
+  float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    mma_m16n8k16(d[p], q.w[2 * p][0], q.w[2 * p + 1][0], q.w[2 * p][1], q.w[2 * p + 1][1], hv.x,
+                 hv.y);
+  }
+  // Selects, not an index: a run-time index into d would put it on the stack.
+  const bool odd = lane & 1;
+  const float v0 = odd ? d[0][2] : d[0][0];
+  const float v1 = odd ? d[1][2] : d[1][0];
+  return (lane & 2) ? v1 : v0;
 }
 
 __device__ __forceinline__ bool route_is_valid(int e, int num_experts) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The evidence run on a GPU machine (used on one H200): build once, the GPU tests, `bench op`
-# for both metadata formats and the fused form, the V100 (m8n8k4) path's correctness, and the
+# for both metadata formats and the two-kernel form, the V100 (m8n8k4) path's correctness, and the
 # tuning sweep that splits the op's time. Run from the repository root; results go to $OUT
 # (default ./.out).
 #   QPNSERVE_GIT_COMMIT=<commit> bash scripts/h200_evidence.sh
@@ -31,13 +31,15 @@ for fmt in 4byte 3byte; do
   timeout 120 python3 -m qpnserve bench op --format "$fmt" --layers 32 --iters 40 --rounds 2 \
     --json >"$OUT/bench_op_$fmt.json"; echo "rc=$?"
 done
-step "bench op fused (the single-launch form, 4byte)"
-timeout 90 python3 -m qpnserve bench op --op-path fused --layers 32 --iters 40 --rounds 1 \
-  --json >"$OUT/bench_op_fused.json"; echo "rc=$?"
+step "bench op two-kernels (the previous default form, 4byte)"
+timeout 90 python3 -m qpnserve bench op --op-path two-kernels --layers 32 --iters 40 --rounds 1 \
+  --json >"$OUT/bench_op_two_kernels.json"; echo "rc=$?"
 step "bench op mma884 (the V100 path, correctness on this GPU)"
 timeout 60 python3 -m qpnserve bench op --op-path mma884 --layers 8 --iters 20 --rounds 1 \
   --json >"$OUT/bench_op_mma884.json"; echo "rc=$?"
 step sweep
 timeout 150 python3 scripts/op_timing.py --layers 8 --iters 100 --paths auto --all-formats \
-  --diag A-only,A-load-only,B-only,launch-only,no-prefetch,B-dequant-late,no-pdl,A20warps,fused
+  --diag A-only,A-load-only,B-only,launch-only,no-pdl,two-kernels,fused
+step trace
+timeout 150 python3 scripts/op_trace.py --paths auto,two-kernels --build-dir /tmp/qt
 step done

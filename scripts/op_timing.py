@@ -20,7 +20,9 @@ from qpnserve.kernels import build, ops
 from qpnserve.kernels import reference as ref
 
 PATHS = {"auto": ops.PATH_AUTO, "mma16816": ops.PATH_MMA16816, "mma884": ops.PATH_MMA884}
-# Diagnostic bits of the path argument (csrc/awq_moe_m1_cuda.cu): split the time.
+# Diagnostic bits of the path argument (csrc/awq_moe_m1_cuda.cu): split the time. They apply to
+# the form the path takes: on sm_90 "auto" is the split form (kernels A and C; "B-only" then
+# runs kernel C alone), "two-kernels" and "fused" pin the other forms.
 DIAG = {
     "": 0,
     "A-only": 4,
@@ -33,6 +35,8 @@ DIAG = {
     "two-kernels": 256,
     "fused": 512,
     "no-prefetch": 1024,
+    "split": 4096,
+    "split-no-pdl": 4096 | 16,
     "B-dequant-late": 2048,
     "A-load-only": 8192 | 4,
 }

@@ -3,11 +3,12 @@
     python scripts/op_trace.py [--layers 8] [--replays 20] [--paths auto,fused] [--format 4byte]
 
 Builds csrc/ a second time with -DQPN_TRACE (a separate library in --build-dir, never the one
-`qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer at four points of a
-call (csrc/awq_moe_m1_kernels.cuh, trace_stamp). It replays a CUDA graph of --layers calls like
-scripts/op_timing.py and reads the last call's stamps: a call in steady state, whose kernel A
-waited for the previous call's kernel B. Times are in ns from the first unit A's start.
-For tuning runs on a GPU host; not a benchmark (the stamps cost a few instructions each).
+`qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer at up to eight
+points of a call (csrc/awq_moe_m1_kernels.cuh, trace_stamp). It replays a CUDA graph of
+--layers calls like scripts/op_timing.py and reads the last call's stamps: a call in steady
+state, whose kernel A waited for the previous call's kernel B (or C). Times are in ns from
+the first unit A's start. For tuning runs on a GPU host; not a benchmark (the stamps cost a
+few instructions each).
 """
 
 from __future__ import annotations
@@ -24,9 +25,26 @@ from op_timing import DIAG, PATHS, capture_layers, make_banks
 from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
 
-UNITS_A, UNITS_B, STAMPS = 100, 80, 4
-A_POINTS = ("start", "ids known", "dots done", "h stored")
-B_POINTS = ("start", "ready to wait", "wait over", "out stored")
+UNITS_A, UNITS_B, STAMPS = 100, 80, 8
+# The stamps each form writes (csrc/awq_moe_m1_kernels.cuh, trace_stamp), by index.
+POINTS = {
+    "two-kernel": (
+        ("start", "ids known", "dots done", "h stored"),
+        ("start", "ready to wait", "wait over", "out stored"),
+    ),
+    "split": (
+        (
+            "start",
+            "ids known",
+            "warp 0's W13 dots done",
+            "all dots done, W2 decoded",
+            "h stored",
+            "h visible to all warps",
+            "y shares stored",
+        ),
+        ("start", "ready to wait", "wait over", "route 0 summed", "out stored"),
+    ),
+}
 
 
 def build_traced(build_dir: Path) -> None:
@@ -63,23 +81,25 @@ def spread(values: list[int]) -> str:
     return f"{min(values):7d} {int(statistics.median(values)):7d} {max(values):7d}"
 
 
-def report(stamps: torch.Tensor) -> None:
+def report(stamps: torch.Tensor, form: str) -> None:
+    a_points, b_points = POINTS[form]
     t0 = int(stamps[:UNITS_A, 0].min())
     a = (stamps[:UNITS_A] - t0).tolist()
     b = (stamps[UNITS_A : UNITS_A + UNITS_B] - t0).tolist()
     print(f"  {'point (ns from the first unit A start)':44} {'min':>7} {'median':>7} {'max':>7}")
-    for k, name in enumerate(A_POINTS):
+    for k, name in enumerate(a_points):
         print(f"  unit A {name:37} {spread([row[k] for row in a])}")
-    for k, name in enumerate(B_POINTS):
+    for k, name in enumerate(b_points):
         print(f"  unit B {name:37} {spread([row[k] for row in b])}")
-    a_h = max(row[3] for row in a)
+    a_h = max(row[len(a_points) - 1] for row in a)
+    b_end = len(b_points) - 1
     b_wait = [row[2] for row in b]
     print(
         f"  last h stored -> first / last unit B past its wait: "
         f"{min(b_wait) - a_h} / {max(b_wait) - a_h} ns; "
-        f"last wait over -> last out stored: {max(row[3] for row in b) - max(b_wait)} ns"
+        f"last wait over -> last out stored: {max(row[b_end] for row in b) - max(b_wait)} ns"
     )
-    first_h = min(row[3] for row in a)
+    first_h = min(row[len(a_points) - 1] for row in a)
     early = sum(1 for row in b if row[0] < first_h)
     print(f"  unit B CTAs started before the first h was stored: {early} of {UNITS_B}")
     deltas = sorted({int(v) % 1000 for row in a + b for v in row})
@@ -102,9 +122,10 @@ def main() -> None:
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, traced build")
     banks = make_banks(args.fmt, args.layers)
     for name in args.paths.split(","):
-        path = PATHS["mma16816"] | (DIAG["two-kernels"] if name == "auto" else DIAG[name])
+        path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
-        report(traced_call(banks, path, args.replays))
+        form = "split" if name == "auto" or name.startswith("split") else "two-kernel"
+        report(traced_call(banks, path, args.replays), form)
 
 
 if __name__ == "__main__":

@@ -130,7 +130,14 @@ def device_facts(device: torch.device) -> DeviceFacts:
 
 
 # qpnserve.kernels.ops PATH_*: the inner product, and on sm_80+ the launch form.
-OP_PATHS = {"auto": 0, "mma16816": 1, "mma884": 2, "fused": 1 | 512, "two-kernels": 1 | 256}
+OP_PATHS = {
+    "auto": 0,
+    "mma16816": 1,
+    "mma884": 2,
+    "fused": 1 | 512,
+    "two-kernels": 1 | 256,
+    "split": 1 | 4096,
+}
 
 
 def cuda_ops(
@@ -138,8 +145,8 @@ def cuda_ops(
 ) -> BenchOps:
     """Load the extension (op, floor, derive) and wire the real measurements.
 
-    op_path pins the op's path: "mma884" runs the V100 path on a newer GPU; "fused" and
-    "two-kernels" pin the launch form on sm_80+ (OP_PATHS).
+    op_path pins the op's path: "mma884" runs the V100 path on a newer GPU; "fused",
+    "two-kernels" and "split" pin the launch form on sm_80+ (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from qpnserve.benchop.route_bytes import MetaFormat
 
 # The keys of qpnserve.benchop.cuda.OP_PATHS, kept here so that option checks import no torch.
-OP_PATH_NAMES = ("auto", "mma16816", "mma884", "fused", "two-kernels")
+OP_PATH_NAMES = ("auto", "mma16816", "mma884", "fused", "two-kernels", "split")
 
 
 @bench_app.command("op")

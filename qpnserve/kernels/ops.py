@@ -21,9 +21,12 @@ PATH_OP_NAME = "qpnserve::awq_moe_m1_out_path"
 PATH_AUTO = 0  # m8n8k4 (HMMA.884) below sm_80, m16n8k16 from sm_80
 PATH_MMA16816 = 1
 PATH_MMA884 = 2  # the V100 path; also runs on newer GPUs, so it can be tested there
-# Flags (sm_80+): the two-kernel form, or the fused single-launch form where all its CTAs fit.
+# Launch forms (sm_80+, flags): PATH_AUTO takes the split form on sm_90 (kernel A also
+# multiplies its slice of W2, kernel C sums the slices) and the two-kernel form (kernel A, then
+# kernel B for W2) on sm_80-sm_89; the fused single launch runs where all its CTAs fit.
 PATH_TWO_KERNELS = 256
 PATH_FUSED = 512
+PATH_SPLIT = 4096
 
 _fake_lock = threading.Lock()
 _fake_registered = False

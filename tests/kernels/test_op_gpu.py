@@ -1,8 +1,9 @@
 """The CUDA operator against the FP64 oracle (issue 3's "Must show" on a GPU): run with -m gpu.
 
-Three forms run on the test GPU: the fused single launch (m16n8k16), the two-kernel
-form (m16n8k16), and PATH_MMA884 (two kernels with the m8n8k4 path that the sm_70 build uses),
-so the V100 code's arithmetic is tested too.
+Four forms run on the test GPU: the fused single launch (m16n8k16), the two-kernel form
+(m16n8k16), the split form (m16n8k16; PATH_AUTO's choice on sm_90), and PATH_MMA884 (two
+kernels with the m8n8k4 path that the sm_70 build uses), so the V100 code's arithmetic is tested
+too.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ from tests.kernels.opcases import (
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_extension")]
 
-# fused = one launch (sm_80+); two_kernels = kernels A and B; mma884 = the V100 path (two kernels).
+# fused = one launch (sm_80+); two_kernels = kernels A and B; split = kernels A (with its W2
+# slice) and C, with and without programmatic dependent launch; mma884 = the V100 path.
+PATH_NO_PDL = 16  # a tuning bit of the path argument: plain launches on sm_90 too
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
+    "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
+    "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
 }
 DEV = "cuda"
