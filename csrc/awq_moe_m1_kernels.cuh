@@ -75,18 +75,32 @@ constexpr int kDiagNoW2Prefetch = 2;
 // tile for units B; each call overwrites the previous one's.
 
 constexpr int kTraceSlots = 256;
-constexpr int kTraceStamps = 8;
+constexpr int kTraceStamps = 12;
 #ifdef QPN_TRACE
+// Stamps go to shared memory first and to g_trace once, at the unit's end (trace_flush): a
+// global store per stamp would queue behind the weight stream and delay what follows it.
 __device__ unsigned long long g_trace[kTraceSlots][kTraceStamps];
-__device__ __forceinline__ void trace_stamp(int slot, int k) {
+__shared__ unsigned long long s_trace[kTraceStamps];
+__device__ __forceinline__ void trace_stamp(int, int k) {
   if (threadIdx.x == 0) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    g_trace[slot][k] = t;
+    if (k == 0) {
+#pragma unroll
+      for (int i = 1; i < kTraceStamps; ++i) s_trace[i] = 0;
+    }
+    s_trace[k] = t;
+  }
+}
+__device__ __forceinline__ void trace_flush(int slot) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < kTraceStamps; ++i) g_trace[slot][i] = s_trace[i];
   }
 }
 #else
 __device__ __forceinline__ void trace_stamp(int, int) {}
+__device__ __forceinline__ void trace_flush(int) {}
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -177,13 +191,16 @@ __device__ __forceinline__ void swiglu_store(const float* part, __half* hs, __ha
       gate += part[p * kTile + 2 * lane];
       up += part[p * kTile + 2 * lane + 1];
     }
+    trace_stamp(0, 7);
     const __half gate16 = __float2half_rn(gate);
     const __half up16 = __float2half_rn(up);
     const float g = __half2float(gate16);
     const __half silu16 = __float2half_rn(g / (1.0f + expf(-g)));
     hs[lane] = __hmul(silu16, up16);
+    trace_stamp(0, 8);
   }
   __syncwarp();
+  trace_stamp(0, 9);
   // 16 values = 32 B: two 16 B stores.
   if (live && lane < 2) {
     reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
@@ -269,6 +286,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   if (warp == 0) {
     swiglu_store<kWarpsA * kParts>(part, hs, h_out, lane);
     trace_stamp(slot, 3);  // h stored
+    trace_flush(slot);
     if (kSignal) signal_h_ready(route, lane);
   }
 }
@@ -403,6 +421,7 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
                                     : mma_half(w2q[i], hv, lane);
   }
   trace_stamp(slot, 6);  // y shares stored
+  trace_flush(slot);
 }
 
 // Unit B: W2 of all routes for one 32-column output tile, then the router-weighted sum.
@@ -497,6 +516,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     a.out[tile * kTile + c] = __float2half_rn(acc);
   }
   trace_stamp(slot, 3);  // out stored
+  trace_flush(slot);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -592,6 +612,7 @@ __global__ void __launch_bounds__(kRoutes * 32) combine_split_kernel(MoeArgs a) 
     a.out[tile * kTile + threadIdx.x] = __float2half_rn(acc);
   }
   trace_stamp(slot, 4);  // out stored
+  trace_flush(slot);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from op_timing import DIAG, PATHS, capture_layers, make_banks
 from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
 
-UNITS_A, UNITS_B, STAMPS = 100, 80, 8
+UNITS_A, UNITS_B, STAMPS = 100, 80, 12
 # The stamps each form writes (csrc/awq_moe_m1_kernels.cuh, trace_stamp), by index.
 POINTS = {
     "two-kernel": (
@@ -41,6 +41,9 @@ POINTS = {
             "h stored",
             "h visible to all warps",
             "y shares stored",
+            "(diag) warp 0 sums done",
+            "(diag) SwiGLU done",
+            "(diag) after syncwarp",
         ),
         ("start", "ready to wait", "wait over", "route 0 summed", "out stored"),
     ),
@@ -124,7 +127,7 @@ def main() -> None:
     for name in args.paths.split(","):
         path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
-        form = "split" if name == "auto" or name.startswith("split") else "two-kernel"
+        form = "two-kernel" if name in ("two-kernels", "fused") else "split"
         report(traced_call(banks, path, args.replays), form)
 
 
