@@ -40,8 +40,8 @@ def bench_op(
     op_path: str = typer.Option(
         "auto",
         "--op-path",
-        help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused or two-kernels"
-        " (the launch form on sm_80+).",
+        help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels or"
+        " split (the launch form on sm_80+; auto takes split on sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,
