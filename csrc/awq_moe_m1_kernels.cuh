@@ -181,12 +181,12 @@ __device__ float g_y_part[kRoutes][kTiles13][kHidden];
 
 // The end of a unit A, on warp 0: sum the kParts FP32 partials (ascending, a fixed order) of
 // the tile's 16 gate and 16 up columns, round, SwiGLU, write the 16 values of h to hs and h_out.
-template <int kParts>
+template <int kParts, bool kRolled = false>
 __device__ __forceinline__ void swiglu_store(const float* part, __half* hs, __half* h_out, int lane,
                                              bool live = true) {
   if (lane < kTile / 2) {
     float gate = 0.0f, up = 0.0f;
-#pragma unroll
+#pragma unroll(kRolled ? 1 : kParts)
     for (int p = 0; p < kParts; ++p) {
       gate += part[p * kTile + 2 * lane];
       up += part[p * kTile + 2 * lane + 1];
@@ -299,7 +299,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 // metadata first, then the W2 slice.
 constexpr int kSplitWarps = 16;
 
-template <bool kMeta3, bool kLoadOnly>
+template <bool kMeta3, bool kLoadOnly, bool kRolled>
 __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route) {
   constexpr int kG = kGroups13 / kSplitWarps;  // W13 groups per warp
   constexpr int kT2 = kTiles2 / kSplitWarps;   // W2 column tiles per warp
@@ -347,6 +347,10 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
     ring[g] = load_stream(codes + g * (kGroupTileWords / 4) + 8 * lm.kq + lm.col4);
   }
 
+  // The route's W2 in 10 contiguous 20 KB pieces (this unit's piece: column tiles 8 tile ..
+  // 8 tile + 7, every k) into L2, so that DRAM sees whole runs; the unit's own W2 rows (256 B
+  // from each column tile, below) then come from L2 or join the same misses.
+  if ((a.diag & kDiagNoW2Prefetch) == 0) prefetch_w2_share<kMeta3>(a, e, tile);
   Stage& st = stage[warp];
   const unsigned char* m13 =
       static_cast<const unsigned char*>(a.s13) +
@@ -408,7 +412,7 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
   __syncthreads();
   trace_stamp(slot, 3);  // every warp's dot products done, W2 decoded
 
-  if (warp == 0) swiglu_store<kSplitWarps>(part, hs, h_out, lane);
+  if (warp == 0) swiglu_store<kSplitWarps, kRolled>(part, hs, h_out, lane);
   trace_stamp(slot, 4);  // h stored
   __syncthreads();
   trace_stamp(slot, 5);  // h visible to every warp
@@ -553,7 +557,7 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 }
 
 // Kernel A of the split form: grid (kTiles13, kRoutes), kSplitWarps * 32 threads.
-template <bool kMeta3, bool kLoadOnly = false>
+template <bool kMeta3, bool kLoadOnly = false, bool kRolled = false>
 __global__ void __launch_bounds__(kSplitWarps * 32, 1) split_a_kernel(MoeArgs a) {
   pdl_wait_primary();
   pdl_launch_dependents();
@@ -561,7 +565,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 1) split_a_kernel(MoeArgs a)
     if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
     return;
   }
-  split_unit<kMeta3, kLoadOnly>(a, blockIdx.x, blockIdx.y);
+  split_unit<kMeta3, kLoadOnly, kRolled>(a, blockIdx.x, blockIdx.y);
 }
 
 // Kernel C of the split form: grid (kTiles2), kRoutes warps; warp r sums route r's 10 shares of

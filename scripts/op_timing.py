@@ -37,6 +37,7 @@ DIAG = {
     "no-prefetch": 1024,
     "split": 4096,
     "split-no-pdl": 4096 | 16,
+    "rolled-sums": 16384,
     "B-dequant-late": 2048,
     "A-load-only": 8192 | 4,
 }
