@@ -347,10 +347,6 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
     ring[g] = load_stream(codes + g * (kGroupTileWords / 4) + 8 * lm.kq + lm.col4);
   }
 
-  // The route's W2 in 10 contiguous 20 KB pieces (this unit's piece: column tiles 8 tile ..
-  // 8 tile + 7, every k) into L2, so that DRAM sees whole runs; the unit's own W2 rows (256 B
-  // from each column tile, below) then come from L2 or join the same misses.
-  if ((a.diag & kDiagNoW2Prefetch) == 0) prefetch_w2_share<kMeta3>(a, e, tile);
   Stage& st = stage[warp];
   const unsigned char* m13 =
       static_cast<const unsigned char*>(a.s13) +
