@@ -35,6 +35,9 @@ KERNELS: tuple[tuple[str, str, bool], ...] = (
     ("w2_combine 4-byte m16n8k16", "qpn::w2_combine_kernel<false, false>", False),
     ("fused 4-byte m16n8k16", "qpn::fused_moe_kernel<false>", False),
     ("fused 3-byte m16n8k16", "qpn::fused_moe_kernel<true>", False),
+    ("split A 4-byte m16n8k16", "qpn::split_a_kernel<false>", False),
+    ("split A 3-byte m16n8k16", "qpn::split_a_kernel<true>", False),
+    ("split C", "qpn::combine_split_kernel", False),
 )
 
 
