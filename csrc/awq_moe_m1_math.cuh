@@ -280,16 +280,25 @@ struct GroupWeights {
   unsigned w[4][4];
 };
 
-template <bool kMeta3>
-__device__ __forceinline__ void dequant_group(GroupWeights& q, const GroupFrag<kMeta3>& f) {
+// Calls decode(i, word, scale, bias) for the lane's 4 column words, each with its column's
+// broadcast scale and bias.
+template <bool kMeta3, typename Decode>
+__device__ __forceinline__ void for_each_column(const GroupFrag<kMeta3>& f, Decode decode) {
   const unsigned words[4] = {f.codes.x, f.codes.y, f.codes.z, f.codes.w};
   const ColumnMeta<kMeta3> cm(f.meta);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     __half2 s2, b2;
     column_scale_bias<kMeta3>(cm, i, s2, b2);
-    dequant_word(words[i], s2, b2, q.w[i]);
+    decode(i, words[i], s2, b2);
   }
+}
+
+template <bool kMeta3>
+__device__ __forceinline__ void dequant_group(GroupWeights& q, const GroupFrag<kMeta3>& f) {
+  for_each_column<kMeta3>(f, [&q](int i, unsigned word, __half2 s2, __half2 b2) {
+    dequant_word(word, s2, b2, q.w[i]);
+  });
 }
 
 // Multiply-accumulate dequantized weights with the lane's activation slice
@@ -366,14 +375,9 @@ struct HalfWeights {
 template <bool kMeta3>
 __device__ __forceinline__ void dequant_half(HalfWeights& q, const GroupFrag<kMeta3>& f, int lane) {
   const int shift = 8 * (lane & 1);
-  const unsigned words[4] = {f.codes.x, f.codes.y, f.codes.z, f.codes.w};
-  const ColumnMeta<kMeta3> cm(f.meta);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2 s2, b2;
-    column_scale_bias<kMeta3>(cm, i, s2, b2);
-    dequant_pairs(words[i] >> shift, s2, b2, q.w[i][0], q.w[i][1]);
-  }
+  for_each_column<kMeta3>(f, [&q, shift](int i, unsigned word, __half2 s2, __half2 b2) {
+    dequant_pairs(word >> shift, s2, b2, q.w[i][0], q.w[i][1]);
+  });
 }
 
 // The slice's contribution to the lane's column 4g + t of the tile (FP32, 16 k).
