@@ -179,11 +179,12 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 
 __device__ float g_y_part[kRoutes][kTiles13][kHidden];
 
-// The end of a unit A, on warp 0: sum the kParts FP32 partials (ascending, a fixed order) of
-// the tile's 16 gate and 16 up columns, round, SwiGLU, write the 16 values of h to hs and h_out.
+// The 16 values of h of a unit A, in lanes 0..15 of the calling warp: the kParts FP32 partials
+// of the tile's 16 gate and 16 up columns summed in ascending order (a fixed order), rounded,
+// SwiGLU. Lanes 16..31 return 0.
 template <int kParts, bool kRolled = false>
-__device__ __forceinline__ void swiglu_store(const float* part, __half* hs, __half* h_out, int lane,
-                                             bool live = true) {
+__device__ __forceinline__ __half swiglu_h(const float* part, int lane) {
+  __half h = __float2half_rn(0.0f);
   if (lane < kTile / 2) {
     float gate = 0.0f, up = 0.0f;
 #pragma unroll(kRolled ? 1 : kParts)
@@ -196,15 +197,21 @@ __device__ __forceinline__ void swiglu_store(const float* part, __half* hs, __ha
     const __half up16 = __float2half_rn(up);
     const float g = __half2float(gate16);
     const __half silu16 = __float2half_rn(g / (1.0f + expf(-g)));
-    hs[lane] = __hmul(silu16, up16);
+    h = __hmul(silu16, up16);
     trace_stamp(0, 8);
   }
+  return h;
+}
+
+// The end of a unit A, on warp 0: h to hs (shared) and h_out.
+template <int kParts, bool kRolled = false>
+__device__ __forceinline__ void swiglu_store(const float* part, __half* hs, __half* h_out, int lane) {
+  const __half h = swiglu_h<kParts, kRolled>(part, lane);
+  if (lane < kTile / 2) hs[lane] = h;
   __syncwarp();
   trace_stamp(0, 9);
   // 16 values = 32 B: two 16 B stores.
-  if (live && lane < 2) {
-    reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
-  }
+  if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -299,7 +306,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 // metadata first, then the W2 slice.
 constexpr int kSplitWarps = 16;
 
-template <bool kMeta3, bool kLoadOnly, bool kRolled>
+template <bool kMeta3, bool kLoadOnly, bool kRolled, bool kHPerWarp>
 __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route) {
   constexpr int kG = kGroups13 / kSplitWarps;  // W13 groups per warp
   constexpr int kT2 = kTiles2 / kSplitWarps;   // W2 column tiles per warp
@@ -408,13 +415,27 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
   __syncthreads();
   trace_stamp(slot, 3);  // every warp's dot products done, W2 decoded
 
-  if (warp == 0) swiglu_store<kSplitWarps, kRolled>(part, hs, h_out, lane);
-  trace_stamp(slot, 4);  // h stored
-  __syncthreads();
-  trace_stamp(slot, 5);  // h visible to every warp
+  uint2 hv;  // lane (g, t): h[4t .. 4t+3], the MMA's activation operand
+  if constexpr (kHPerWarp) {
+    // Every warp computes h itself (the same sums in the same order, so the same bits) and
+    // hands it to its MMA lanes by shuffles: no second barrier, no h through shared memory.
+    const __half h = swiglu_h<kSplitWarps, kRolled>(part, lane);
+    if (warp == 0 && lane < kTile / 2) h_out[lane] = h;
+    trace_stamp(slot, 4);  // h stored
+    const unsigned mine = __half_as_ushort(h);
+    const unsigned pair = mine | (__shfl_down_sync(0xffffffffu, mine, 1) << 16);  // even lanes
+    hv.x = __shfl_sync(0xffffffffu, pair, 4 * (lane & 3));
+    hv.y = __shfl_sync(0xffffffffu, pair, 4 * (lane & 3) + 2);
+    trace_stamp(slot, 5);  // h in every warp
+  } else {
+    if (warp == 0) swiglu_store<kSplitWarps, kRolled>(part, hs, h_out, lane);
+    trace_stamp(slot, 4);  // h stored
+    __syncthreads();
+    trace_stamp(slot, 5);  // h visible to every warp
+    hv = reinterpret_cast<const uint2*>(hs)[lane & 3];
+  }
   // This tile's 16 values of h are W2's rows 16 tile .. 16 tile + 15: their FP32 share of
   // y_route for the warp's columns goes to the shares buffer for kernel C.
-  const uint2 hv = reinterpret_cast<const uint2*>(hs)[lane & 3];
 #pragma unroll
   for (int i = 0; i < kT2; ++i) {
     part_out[i * kTile] = kLoadOnly ? __uint_as_float((sink ^ hv.x) & 0x3fffffffu)
@@ -553,7 +574,7 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 }
 
 // Kernel A of the split form: grid (kTiles13, kRoutes), kSplitWarps * 32 threads.
-template <bool kMeta3, bool kLoadOnly = false, bool kRolled = false>
+template <bool kMeta3, bool kLoadOnly = false, bool kRolled = false, bool kHPerWarp = false>
 __global__ void __launch_bounds__(kSplitWarps * 32, 1) split_a_kernel(MoeArgs a) {
   pdl_wait_primary();
   pdl_launch_dependents();
@@ -561,7 +582,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 1) split_a_kernel(MoeArgs a)
     if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
     return;
   }
-  split_unit<kMeta3, kLoadOnly, kRolled>(a, blockIdx.x, blockIdx.y);
+  split_unit<kMeta3, kLoadOnly, kRolled, kHPerWarp>(a, blockIdx.x, blockIdx.y);
 }
 
 // Kernel C of the split form: grid (kTiles2), kRoutes warps; warp r sums route r's 10 shares of

@@ -38,6 +38,7 @@ DIAG = {
     "split": 4096,
     "split-no-pdl": 4096 | 16,
     "rolled-sums": 16384,
+    "h-per-warp": 32768,
     "B-dequant-late": 2048,
     "A-load-only": 8192 | 4,
 }
