@@ -70,6 +70,14 @@ def oracle(
     )
 
 
+def assert_meets_contract(out: torch.Tensor, inter: torch.Tensor, want: ref.OracleResult) -> None:
+    """The op's out and intermediate (on the CPU) within contract section 4's bounds."""
+    ok_inter, why_inter = ref.intermediate_within_contract(inter, want)
+    ok_out, why_out = ref.out_within_contract(out, want)
+    assert ok_inter, why_inter
+    assert ok_out, why_out
+
+
 def _misaligned(t: torch.Tensor) -> torch.Tensor:
     """Same shape/dtype/contents, contiguous, but starting one element past a 16-byte boundary."""
     flat = torch.empty(t.numel() + 16, dtype=t.dtype, device=t.device)

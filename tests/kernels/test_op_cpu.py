@@ -10,6 +10,7 @@ from qpnserve.kernels import reference as ref
 from tests.kernels.opcases import (
     EXPERTS,
     ONE_HOT_K,
+    assert_meets_contract,
     bad_argument_cases,
     mixed_routes,
     one_hot_x,
@@ -30,17 +31,10 @@ def adversarial_banks(request: pytest.FixtureRequest) -> ref.Banks:
     return ref.random_banks(EXPERTS, seed=12, fmt=request.param, adversarial=True)
 
 
-def _assert_meets_contract(out: torch.Tensor, inter: torch.Tensor, want: ref.OracleResult) -> None:
-    ok_inter, why_inter = ref.intermediate_within_contract(inter, want)
-    ok_out, why_out = ref.out_within_contract(out, want)
-    assert ok_inter, why_inter
-    assert ok_out, why_out
-
-
 def test_op_random_inputs_meet_contract_bounds(banks: ref.Banks) -> None:
     x, ids, weights = ref.random_inputs(1, EXPERTS)
     out, inter = run_op(banks, x, ids, weights)
-    _assert_meets_contract(out, inter, oracle(banks, x, ids, weights))
+    assert_meets_contract(out, inter, oracle(banks, x, ids, weights))
 
 
 def test_op_adversarial_banks_with_duplicate_and_invalid_ids_meet_bounds(
@@ -49,7 +43,7 @@ def test_op_adversarial_banks_with_duplicate_and_invalid_ids_meet_bounds(
     x, ids, weights = mixed_routes(2)
     out, inter = run_op(adversarial_banks, x, ids, weights)
     want = oracle(adversarial_banks, x, ids, weights)
-    _assert_meets_contract(out, inter, want)
+    assert_meets_contract(out, inter, want)
     for r in (2, 6, 9):
         assert torch.equal(inter[r], torch.zeros(160, dtype=torch.float16))
     assert torch.equal(inter[1], inter[4])  # duplicate id, same h

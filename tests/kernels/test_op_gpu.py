@@ -17,6 +17,7 @@ from qpnserve.kernels import reference as ref
 from tests.kernels.opcases import (
     EXPERTS,
     ONE_HOT_K,
+    assert_meets_contract,
     bad_argument_cases,
     mixed_routes,
     one_hot_x,
@@ -80,10 +81,7 @@ def test_gpu_random_inputs_meet_contract_bounds(banks: ref.Banks, path: int, see
     x, ids, weights = _cuda(*ref.random_inputs(seed, EXPERTS))
     out, inter = run_op(banks, x, ids, weights, path=path)
     want = oracle(banks, x, ids, weights)
-    ok_inter, why_inter = ref.intermediate_within_contract(inter.cpu(), want)
-    ok_out, why_out = ref.out_within_contract(out.cpu(), want)
-    assert ok_inter, why_inter
-    assert ok_out, why_out
+    assert_meets_contract(out.cpu(), inter.cpu(), want)
 
 
 def test_gpu_adversarial_banks_duplicate_and_invalid_ids_meet_bounds(
@@ -92,10 +90,7 @@ def test_gpu_adversarial_banks_duplicate_and_invalid_ids_meet_bounds(
     x, ids, weights = _cuda(*mixed_routes(5))
     out, inter = run_op(adversarial_banks, x, ids, weights, path=path)
     want = oracle(adversarial_banks, x, ids, weights)
-    ok_inter, why_inter = ref.intermediate_within_contract(inter.cpu(), want)
-    ok_out, why_out = ref.out_within_contract(out.cpu(), want)
-    assert ok_inter, why_inter
-    assert ok_out, why_out
+    assert_meets_contract(out.cpu(), inter.cpu(), want)
     zero_rows = inter[[2, 6, 9]].cpu()
     assert torch.equal(zero_rows, torch.zeros_like(zero_rows))
 
@@ -108,8 +103,7 @@ def test_gpu_contract_sized_banks_of_512_experts_meet_bounds() -> None:
         x, ids, weights = _cuda(x, ids, weights)
         out, inter = run_op(banks, x, ids, weights)
         want = oracle(banks, x, ids, weights)
-        assert ref.intermediate_within_contract(inter.cpu(), want)[0]
-        assert ref.out_within_contract(out.cpu(), want)[0]
+        assert_meets_contract(out.cpu(), inter.cpu(), want)
 
 
 def test_gpu_all_invalid_ids_give_all_zero_outputs(banks: ref.Banks, path: int) -> None:
