@@ -54,11 +54,10 @@ constexpr int64_t kDiagBDequantLate = 2048;  // kernel B dequantizes W2 after th
 constexpr int64_t kForceSplit = 4096;        // the split form (kernels A + C) on any sm_80+
 constexpr int64_t kDiagLoadOnlyA = 8192;     // kernel A skips its arithmetic (wrong h)
 constexpr int64_t kDiagRolledSums = 16384;   // split form: the partial sums as a rolled loop
-constexpr int64_t kDiagHPerWarp = 32768;     // split form: every warp computes h itself
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
-                              kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA | kDiagRolledSums |
-                              kDiagHPerWarp;
+                              kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
+                              kDiagRolledSums;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
 // x E=512, 4-byte, commit 2f89565): two kernels 6.94 us/layer, fused 9.30 (its counter
 // hand-off costs more than the kernel boundary it removes: 3.14 against 1.90 us with every id
@@ -105,10 +104,9 @@ float* y_part_address(int device) {
 template <bool kMeta3>
 void launch_split(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
                   int64_t diag) {
-  auto* kernel_a = (diag & kDiagLoadOnlyA)    ? qpn::split_a_kernel<kMeta3, true>
-                   : (diag & kDiagRolledSums) ? qpn::split_a_kernel<kMeta3, false, true>
-                   : (diag & kDiagHPerWarp)   ? qpn::split_a_kernel<kMeta3, false, false, true>
-                                              : qpn::split_a_kernel<kMeta3, false>;
+  auto* kernel_a = (diag & kDiagLoadOnlyA)    ? qpn::split_a_kernel<kMeta3, qpn::kSplitLoadOnly>
+                   : (diag & kDiagRolledSums) ? qpn::split_a_kernel<kMeta3, qpn::kSplitRolled>
+                                              : qpn::split_a_kernel<kMeta3, 0>;
   auto* kernel_c = qpn::combine_split_kernel;
   qpn::MoeArgs a = args;
   a.y_part = y_part_address(device);
@@ -228,7 +226,7 @@ void awq_moe_m1_out_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Te
 void trace_read_cuda(at::Tensor& out) {
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kLong && out.is_contiguous() &&
                   out.numel() == qpn::kTraceSlots * qpn::kTraceStamps,
-              "qpnserve_trace::read: out must be a contiguous CUDA int64 tensor of 3072 elements");
+              "qpnserve_trace::read: out must be a contiguous CUDA int64 tensor of 4096 elements");
   const c10::cuda::CUDAGuard guard(out.device());
   C10_CUDA_CHECK(cudaMemcpyFromSymbolAsync(
       out.data_ptr(), qpn::g_trace, sizeof(qpn::g_trace), 0, cudaMemcpyDeviceToDevice,

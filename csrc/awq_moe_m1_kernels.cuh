@@ -71,11 +71,11 @@ constexpr int kDiagNoW2Prefetch = 2;
 
 // ---------------------------------------------------------------------------------------------
 // Timeline stamps, in tracing builds only (-DQPN_TRACE, `scripts/op_trace.py`): thread 0 of every
-// CTA writes %globaltimer at up to 8 points of the call, slot = route * 10 + tile for units A, 100 +
-// tile for units B; each call overwrites the previous one's.
+// CTA writes %globaltimer at up to 16 points of the call, slot = route * 10 + tile for units A,
+// 100 + tile for units B; each call overwrites the previous one's.
 
 constexpr int kTraceSlots = 256;
-constexpr int kTraceStamps = 12;
+constexpr int kTraceStamps = 16;
 #ifdef QPN_TRACE
 // Stamps go to shared memory first and to g_trace once, at the unit's end (trace_flush): a
 // global store per stamp would queue behind the weight stream and delay what follows it.
@@ -92,6 +92,15 @@ __device__ __forceinline__ void trace_stamp(int, int k) {
     s_trace[k] = t;
   }
 }
+// A stamp taken only once `dep` is computed (an operand of the timer read), so that it marks
+// when that value (say an accumulator that needs a group's loads) was ready.
+__device__ __forceinline__ void trace_stamp_after(int, int k, float dep) {
+  if (threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer; // %1" : "=l"(t) : "f"(dep));
+    s_trace[k] = t;
+  }
+}
 __device__ __forceinline__ void trace_flush(int slot) {
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -100,6 +109,7 @@ __device__ __forceinline__ void trace_flush(int slot) {
 }
 #else
 __device__ __forceinline__ void trace_stamp(int, int) {}
+__device__ __forceinline__ void trace_stamp_after(int, int, float) {}
 __device__ __forceinline__ void trace_flush(int) {}
 #endif
 
@@ -306,8 +316,18 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 // metadata first, then the W2 slice.
 constexpr int kSplitWarps = 16;
 
-template <bool kMeta3, bool kLoadOnly, bool kRolled, bool kHPerWarp>
+// Tuning variants of the split unit (template flags; 0 is the default kernel).
+//   kSplitLoadOnly: stream every byte but skip the arithmetic (times the loads; wrong results).
+//   kSplitRolled:   the partial sums of h as a rolled loop.
+// (Measured on the H200 and not kept, docs/evidence/experiments.md: every warp computing h itself
+// and shuffling it to its MMA lanes; the W2 slice issued and decoded before the W13 codes.)
+constexpr int kSplitLoadOnly = 1;
+constexpr int kSplitRolled = 2;
+
+template <bool kMeta3, int kFlags>
 __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route) {
+  constexpr bool kLoadOnly = (kFlags & kSplitLoadOnly) != 0;
+  constexpr bool kRolled = (kFlags & kSplitRolled) != 0;
   constexpr int kG = kGroups13 / kSplitWarps;  // W13 groups per warp
   constexpr int kT2 = kTiles2 / kSplitWarps;   // W2 column tiles per warp
   constexpr int kRec = kMeta3 ? 3 : 4;
@@ -392,6 +412,7 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
     } else {
       dot_group<kMeta3, false>(acc, f, xs[warp][4 * g + lm.kq]);
     }
+    trace_stamp_after(slot, 10 + g, acc.d[0][0]);  // warp 0's group g in
   }
   store_partials<false>(acc, part + warp * kTile, lane);
   trace_stamp(slot, 2);  // warp 0's W13 dot products done
@@ -412,28 +433,16 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
       dequant_half<kMeta3>(w2q[i], f, lane);
     }
   }
+  trace_stamp_after(slot, 15, __uint_as_float(w2q[0].w[0][0] ^ sink));  // warp 0's W2 decoded
   __syncthreads();
   trace_stamp(slot, 3);  // every warp's dot products done, W2 decoded
 
-  uint2 hv;  // lane (g, t): h[4t .. 4t+3], the MMA's activation operand
-  if constexpr (kHPerWarp) {
-    // Every warp computes h itself (the same sums in the same order, so the same bits) and
-    // hands it to its MMA lanes by shuffles: no second barrier, no h through shared memory.
-    const __half h = swiglu_h<kSplitWarps, kRolled>(part, lane);
-    if (warp == 0 && lane < kTile / 2) h_out[lane] = h;
-    trace_stamp(slot, 4);  // h stored
-    const unsigned mine = __half_as_ushort(h);
-    const unsigned pair = mine | (__shfl_down_sync(0xffffffffu, mine, 1) << 16);  // even lanes
-    hv.x = __shfl_sync(0xffffffffu, pair, 4 * (lane & 3));
-    hv.y = __shfl_sync(0xffffffffu, pair, 4 * (lane & 3) + 2);
-    trace_stamp(slot, 5);  // h in every warp
-  } else {
-    if (warp == 0) swiglu_store<kSplitWarps, kRolled>(part, hs, h_out, lane);
-    trace_stamp(slot, 4);  // h stored
-    __syncthreads();
-    trace_stamp(slot, 5);  // h visible to every warp
-    hv = reinterpret_cast<const uint2*>(hs)[lane & 3];
-  }
+  if (warp == 0) swiglu_store<kSplitWarps, kRolled>(part, hs, h_out, lane);
+  trace_stamp(slot, 4);  // h stored
+  __syncthreads();
+  trace_stamp(slot, 5);  // h visible to every warp
+  // lane (g, t): h[4t .. 4t+3], the MMA's activation operand
+  const uint2 hv = reinterpret_cast<const uint2*>(hs)[lane & 3];
   // This tile's 16 values of h are W2's rows 16 tile .. 16 tile + 15: their FP32 share of
   // y_route for the warp's columns goes to the shares buffer for kernel C.
 #pragma unroll
@@ -574,7 +583,7 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 }
 
 // Kernel A of the split form: grid (kTiles13, kRoutes), kSplitWarps * 32 threads.
-template <bool kMeta3, bool kLoadOnly = false, bool kRolled = false, bool kHPerWarp = false>
+template <bool kMeta3, int kFlags = 0>
 __global__ void __launch_bounds__(kSplitWarps * 32, 1) split_a_kernel(MoeArgs a) {
   pdl_wait_primary();
   pdl_launch_dependents();
@@ -582,7 +591,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 1) split_a_kernel(MoeArgs a)
     if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
     return;
   }
-  split_unit<kMeta3, kLoadOnly, kRolled, kHPerWarp>(a, blockIdx.x, blockIdx.y);
+  split_unit<kMeta3, kFlags>(a, blockIdx.x, blockIdx.y);
 }
 
 // Kernel C of the split form: grid (kTiles2), kRoutes warps; warp r sums route r's 10 shares of

@@ -33,15 +33,20 @@ DIAG = {
     "A10warps": 2 << 6,
     "A20warps": 3 << 6,
     "two-kernels": 256,
+    "two-kernels-no-pdl": 256 | 16,
+    "two-kernels-no-prefetch": 256 | 1024,
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,
     "split-no-pdl": 4096 | 16,
     "rolled-sums": 16384,
-    "h-per-warp": 32768,
     "B-dequant-late": 2048,
     "A-load-only": 8192 | 4,
 }
+# Not an op variant: the benchmark's read floor (read_floor_m1, 4 loads per thread, PDL) in the
+# same back-to-back graph, so kernel A's loads can be compared with it directly.
+FLOOR = "floor"
+DERIVE_ONLY = -1  # capture_layers' path for a graph of derive kernels alone (diag "derive-only")
 ROUTE_BYTES = {"4byte": 10 * 768_000, "3byte": 10 * (409_600 + 76_800 + 204_800 + 38_400)}
 
 
@@ -50,21 +55,33 @@ def make_banks(fmt: str, layers: int) -> list[ref.Banks]:
 
 
 def capture_layers(
-    banks: list[ref.Banks], path: int
+    banks: list[ref.Banks], path: int | None, derive: bool = False
 ) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]:
     """A CUDA graph that runs the op once per layer (each with its own banks and random
     inputs), warmed up by 20 replays, and the tensors it reads and writes: keep them alive as
-    long as the graph is replayed."""
+    long as the graph is replayed. path None: the read floor instead of the op; DERIVE_ONLY:
+    neither. derive: before each layer, `qpnserve bench op`'s derive kernel writes the layer's
+    x, ids and weights from the previous layer's output (as in the benchmark's graph)."""
     dev = "cuda"
     inputs = [ref.random_inputs(200 + i, 512, device=dev) for i in range(len(banks))]
-    outs = [torch.empty(1, 2560, dtype=torch.float16, device=dev) for _ in banks]
+    sources = [tuple(t.clone() for t in triple) for triple in inputs]
+    outs = [torch.zeros(1, 2560, dtype=torch.float16, device=dev) for _ in banks]
     inter = torch.empty(10, 160, dtype=torch.float16, device=dev)
+    sink = torch.zeros(1 << 16, dtype=torch.int32, device=dev)
 
     def step() -> None:
-        for b, (x, ids, w), out in zip(banks, inputs, outs, strict=True):
-            torch.ops.qpnserve.awq_moe_m1_out_path(
-                out, inter, x, b.w13, b.s13, b.w2, b.s2, ids, w, path
-            )
+        for i, (b, (x, ids, w), out) in enumerate(zip(banks, inputs, outs, strict=True)):
+            if derive:
+                seed, ids_src, w_src = sources[i]
+                torch.ops.qpnserve.derive_input_m1(x, ids, w, outs[i - 1], seed, ids_src, w_src)
+            if path == DERIVE_ONLY:
+                continue
+            if path is None:
+                torch.ops.qpnserve.read_floor_m1(sink, b.w13, b.s13, b.w2, b.s2, ids, 4, True, 0)
+            else:
+                torch.ops.qpnserve.awq_moe_m1_out_path(
+                    out, inter, x, b.w13, b.s13, b.w2, b.s2, ids, w, path
+                )
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -76,12 +93,15 @@ def capture_layers(
         step()
     for _ in range(20):
         graph.replay()
-    return graph, [t for triple in inputs for t in triple] + [*outs, inter]
+    kept = [t for triple in inputs + sources for t in triple]
+    return graph, [*kept, *outs, inter, sink]
 
 
-def time_variant(banks: list[ref.Banks], path: int, iters: int) -> float:
+def time_variant(
+    banks: list[ref.Banks], path: int | None, iters: int, derive: bool = False
+) -> float:
     layers = len(banks)
-    graph, _tensors = capture_layers(banks, path)
+    graph, _tensors = capture_layers(banks, path, derive)
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -99,9 +119,16 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--paths", default="auto,mma884")
-    parser.add_argument("--diag", default="", help="comma list of " + ",".join(DIAG))
+    parser.add_argument(
+        "--diag", default="", help="comma list of " + ",".join([*DIAG, FLOOR, "derive-only"])
+    )
     parser.add_argument(
         "--all-formats", action="store_true", help="the --diag variants for 3byte too"
+    )
+    parser.add_argument(
+        "--derive",
+        action="store_true",
+        help="bench op's derive kernel before every layer (diag derive-only: it alone)",
     )
     args = parser.parse_args()
     loaded = build.load()
@@ -114,8 +141,14 @@ def main() -> None:
             for diag in [""] + [d for d in args.diag.split(",") if d]:
                 if diag and (path_name != "auto" or (fmt != "4byte" and not args.all_formats)):
                     continue
-                path = PATHS[path_name] | DIAG[diag]
-                us = time_variant(banks, path, args.iters)
+                path = (
+                    None
+                    if diag == FLOOR
+                    else DERIVE_ONLY
+                    if diag == "derive-only"
+                    else PATHS[path_name] | DIAG[diag]
+                )
+                us = time_variant(banks, path, args.iters, args.derive)
                 gbs = ROUTE_BYTES[fmt] / (us * 1e-6) / 1e9
                 print(f"{fmt:7} {path_name:9} {diag or '-':12} {us:9.2f} {gbs:7.0f}", flush=True)
         del banks

@@ -3,7 +3,7 @@
     python scripts/op_trace.py [--layers 8] [--replays 20] [--paths auto,fused] [--format 4byte]
 
 Builds csrc/ a second time with -DQPN_TRACE (a separate library in --build-dir, never the one
-`qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer at up to eight
+`qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer at up to 16
 points of a call (csrc/awq_moe_m1_kernels.cuh, trace_stamp). It replays a CUDA graph of
 --layers calls like scripts/op_timing.py and reads the last call's stamps: a call in steady
 state, whose kernel A waited for the previous call's kernel B (or C). Times are in ns from
@@ -25,12 +25,14 @@ from op_timing import DIAG, PATHS, capture_layers, make_banks
 from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
 
-UNITS_A, UNITS_B, STAMPS = 100, 80, 12
-# The stamps each form writes (csrc/awq_moe_m1_kernels.cuh, trace_stamp), by index.
+UNITS_A, UNITS_B, STAMPS = 100, 80, 16
+# The stamps each form writes (csrc/awq_moe_m1_kernels.cuh, trace_stamp), by index, and the
+# index of a unit A's last stamp.
 POINTS = {
     "two-kernel": (
         ("start", "ids known", "dots done", "h stored"),
         ("start", "ready to wait", "wait over", "out stored"),
+        3,
     ),
     "split": (
         (
@@ -44,8 +46,15 @@ POINTS = {
             "(diag) warp 0 sums done",
             "(diag) SwiGLU done",
             "(diag) after syncwarp",
+            "(diag) warp 0's W13 group 0 in",
+            "(diag) warp 0's W13 group 1 in",
+            "(diag) warp 0's W13 group 2 in",
+            "(diag) warp 0's W13 group 3 in",
+            "(diag) warp 0's W13 group 4 in",
+            "(diag) warp 0's W2 slice decoded",
         ),
         ("start", "ready to wait", "wait over", "route 0 summed", "out stored"),
+        6,
     ),
 }
 
@@ -70,8 +79,10 @@ def build_traced(build_dir: Path) -> None:
     )
 
 
-def traced_call(banks: list[ref.Banks], path: int, replays: int) -> torch.Tensor:
-    graph, _tensors = capture_layers(banks, path)
+def traced_call(
+    banks: list[ref.Banks], path: int, replays: int, derive: bool = False
+) -> torch.Tensor:
+    graph, _tensors = capture_layers(banks, path, derive)
     for _ in range(replays):
         graph.replay()
     stamps = torch.zeros(256 * STAMPS, dtype=torch.int64, device="cuda")
@@ -81,20 +92,25 @@ def traced_call(banks: list[ref.Banks], path: int, replays: int) -> torch.Tensor
 
 
 def spread(values: list[int]) -> str:
+    if not values:
+        return f"{'-':>7} {'-':>7} {'-':>7}"
     return f"{min(values):7d} {int(statistics.median(values)):7d} {max(values):7d}"
 
 
 def report(stamps: torch.Tensor, form: str) -> None:
-    a_points, b_points = POINTS[form]
+    a_points, b_points, a_last = POINTS[form]
     t0 = int(stamps[:UNITS_A, 0].min())
+    written = (stamps != 0).tolist()  # a point a variant does not stamp stays 0
     a = (stamps[:UNITS_A] - t0).tolist()
     b = (stamps[UNITS_A : UNITS_A + UNITS_B] - t0).tolist()
     print(f"  {'point (ns from the first unit A start)':44} {'min':>7} {'median':>7} {'max':>7}")
     for k, name in enumerate(a_points):
-        print(f"  unit A {name:37} {spread([row[k] for row in a])}")
+        values = [row[k] for i, row in enumerate(a) if written[i][k]]
+        print(f"  unit A {name:37} {spread(values)}")
     for k, name in enumerate(b_points):
-        print(f"  unit B {name:37} {spread([row[k] for row in b])}")
-    a_h = max(row[len(a_points) - 1] for row in a)
+        values = [row[k] for i, row in enumerate(b) if written[UNITS_A + i][k]]
+        print(f"  unit B {name:37} {spread(values)}")
+    a_h = max(row[a_last] for row in a)
     b_end = len(b_points) - 1
     b_wait = [row[2] for row in b]
     print(
@@ -102,10 +118,10 @@ def report(stamps: torch.Tensor, form: str) -> None:
         f"{min(b_wait) - a_h} / {max(b_wait) - a_h} ns; "
         f"last wait over -> last out stored: {max(row[b_end] for row in b) - max(b_wait)} ns"
     )
-    first_h = min(row[len(a_points) - 1] for row in a)
+    first_h = min(row[a_last] for row in a)
     early = sum(1 for row in b if row[0] < first_h)
     print(f"  unit B CTAs started before the first h was stored: {early} of {UNITS_B}")
-    deltas = sorted({int(v) % 1000 for row in a + b for v in row})
+    deltas = sorted({int(v) % 1000 for row in a + b for v in row if v > 0})
     print(f"  timer resolution check: {len(deltas)} distinct ns-within-us values")
 
 
@@ -118,6 +134,9 @@ def main() -> None:
     )
     parser.add_argument("--format", dest="fmt", default="4byte", choices=ref.FORMATS)
     parser.add_argument("--build-dir", type=Path, default=None)
+    parser.add_argument(
+        "--derive", action="store_true", help="bench op's derive kernel before every layer"
+    )
     args = parser.parse_args()
     build_dir = args.build_dir or Path(tempfile.mkdtemp(prefix="qpnserve-trace-"))
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -128,7 +147,7 @@ def main() -> None:
         path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
         form = "two-kernel" if name in ("two-kernels", "fused") else "split"
-        report(traced_call(banks, path, args.replays), form)
+        report(traced_call(banks, path, args.replays, args.derive), form)
 
 
 if __name__ == "__main__":

@@ -30,13 +30,12 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_extension")]
 # fused = one launch (sm_80+); two_kernels = kernels A and B; split = kernels A (with its W2
 # slice) and C, with and without programmatic dependent launch; mma884 = the V100 path.
 PATH_NO_PDL = 16  # a tuning bit of the path argument: plain launches on sm_90 too
-PATH_H_PER_WARP = 32768  # a tuning bit: the split form's kernel A computes h in every warp
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
+    "two_kernels_no_pdl": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_NO_PDL,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
-    "split_h_per_warp": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_H_PER_WARP,
     "mma884": ops.PATH_MMA884,
 }
 DEV = "cuda"
