@@ -143,9 +143,22 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
                        args);
     return;
   }
+  // Both kernels are launched as programmatic dependents on sm_90: A waits for its
+  // predecessor (griddepcontrol.wait) before reading ids and x, B before reading h. With PDL,
+  // B loads and dequantizes its W2 while it waits; on sm_90 (m16n8k16) A at 64 registers and B
+  // capped at 80 so that every B CTA is resident beside A from the start (kernels.cuh).
+  const bool use_pdl =
+      cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
+      binary_has_pdl(qpn::w2_combine_kernel<kMeta3, kUse884, qpn::kGroups2>, device);
   auto* kernel_a = qpn::w13_swiglu_kernel<kMeta3, kUse884>;
+  auto* kernel_b = use_pdl ? qpn::w2_combine_kernel<kMeta3, kUse884, qpn::kGroups2>
+                           : qpn::w2_combine_kernel<kMeta3, kUse884, 0>;
   int warps_a = qpn::warps_a(kUse884);
   if (!kUse884) {
+    if (use_pdl) {
+      kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2>;
+      kernel_b = qpn::w2_combine_capped_kernel<kMeta3>;
+    }
     switch ((diag >> kDiagWarpsShift) & 3) {
       case 1: kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 8>; warps_a = 8; break;
       case 2: kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 10>; warps_a = 10; break;
@@ -154,15 +167,7 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
     }
     if (diag & kDiagLoadOnlyA) kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, true>;
   }
-  // Both kernels are launched as programmatic dependents on sm_90: A waits for its
-  // predecessor (griddepcontrol.wait) before reading ids and x, B before reading h. With PDL,
-  // B dequantizes its W2 while it waits.
-  const bool use_pdl = cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
-                       binary_has_pdl(kernel_a, device) &&
-                       binary_has_pdl(qpn::w2_combine_kernel<kMeta3, kUse884, true>, device);
-  auto* kernel_b = use_pdl && (diag & kDiagBDequantLate) == 0
-                       ? qpn::w2_combine_kernel<kMeta3, kUse884, true>
-                       : qpn::w2_combine_kernel<kMeta3, kUse884, false>;
+  if (diag & kDiagBDequantLate) kernel_b = qpn::w2_combine_kernel<kMeta3, kUse884, 0>;
   if ((diag & kDiagSkipA) == 0) {
     qpn_launch::launch(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(warps_a * 32), use_pdl,
                        stream, args);

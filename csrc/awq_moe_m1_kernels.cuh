@@ -457,8 +457,9 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
 // Unit B: W2 of all routes for one 32-column output tile, then the router-weighted sum.
 // kWarpsB warps; warp r handles route r. `wait_for_h(r)` runs after the W2 loads are issued and
 // before h_r is read (PDL in the two-kernel form, the route's counter in the fused form).
-// kPreDequant: dequantize W2 while waiting for h, into registers (80 per lane instead of the
-// codes' 40), so that only the MMAs remain after the wait. Used where the wait is real (PDL on
+// kPreDequant: dequantize that many of the kGroups2 groups of W2 while waiting for h, into
+// registers (16 per group and lane instead of the codes' 8), so that only their MMAs remain after
+// the wait; the others are dequantized after it. Used where the wait is real (PDL on
 // sm_90); without PDL kernel B starts after A has finished, and issuing the h loads right after
 // the W2 loads (one round trip for both) is better than dequantizing in between.
 // (Measured on the H200, `scripts/op_timing.py`, 4-byte, us/layer: dequant after the wait 7.17,
@@ -467,7 +468,7 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
 // form, traced, starts all 80 B CTAs at once but spends 1.8 us after the wait and slows kernel
 // A beside it (commit 2a4857f, docs/evidence/bsmem/); it also needs 100 KB per CTA, which
 // sm_86/sm_89 do not have. Not kept.)
-template <bool kMeta3, bool kMma884, bool kPreDequant = false, typename WaitForH>
+template <bool kMeta3, bool kMma884, int kPreDequant = 0, typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
   constexpr int kG = kGroups2;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
@@ -500,10 +501,10 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     wts[route] = weight;
     valid_s[route] = valid;
   }
-  GroupWeights q[kPreDequant ? kG : 1];
-  if (kPreDequant && valid) {
+  GroupWeights q[kPreDequant > 0 ? kPreDequant : 1];
+  if (kPreDequant > 0 && valid) {
 #pragma unroll
-    for (int g = 0; g < kG; ++g) dequant_group<kMeta3>(q[kPreDequant ? g : 0], f[g]);
+    for (int g = 0; g < kPreDequant; ++g) dequant_group<kMeta3>(q[g], f[g]);
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
   wait_for_h(route);
@@ -519,8 +520,8 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     WarpAcc<kMma884> acc;
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
-      if constexpr (kPreDequant) {
-        mma_group<kMma884>(acc, q[g], hv[g]);
+      if (g < kPreDequant) {
+        mma_group<kMma884>(acc, q[g < kPreDequant ? g : 0], hv[g]);
       } else {
         dot_group<kMeta3, kMma884>(acc, f[g], hv[g]);
       }
@@ -554,9 +555,11 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 // dependents: A's CTAs are resident when the previous kernel ends, B's W2 loads overlap A.
 
 // Kernel A: grid (kTiles13, kRoutes), kWarpsA * 32 threads. kWarpsA other than warps_a() exists
-// for tuning runs.
-template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884), bool kLoadOnly = false>
-__global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_kernel(MoeArgs a) {
+// for tuning runs. kMinBlocks 2 (at most 64 registers, no spills) is the sm_90 PDL form's kernel
+// A, beside w2_combine_capped_kernel.
+template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884), bool kLoadOnly = false,
+          int kMinBlocks = QPN_A_MIN_BLOCKS>
+__global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(MoeArgs a) {
   // The previous kernel (the router) writes ids and x: wait for it before reading them.
   pdl_wait_primary();
   // Kernel B only prefetches weights before waiting for us; let it be scheduled at once.
@@ -569,8 +572,8 @@ __global__ void __launch_bounds__(kWarpsA * 32, QPN_A_MIN_BLOCKS) w13_swiglu_ker
 }
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
-template <bool kMeta3, bool kMma884, bool kPreDequant = false>
-__global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
+template <bool kMeta3, bool kMma884, int kPreDequant = 0>
+__device__ __forceinline__ void w2_combine_body(const MoeArgs& a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
@@ -580,6 +583,30 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
     pdl_launch_dependents();
     pdl_wait_primary();  // kernel A's intermediate is complete and visible after this
   });
+}
+
+template <bool kMeta3, bool kMma884, int kPreDequant = 0>
+__global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
+  w2_combine_body<kMeta3, kMma884, kPreDequant>(a);
+}
+
+// Kernel B of the two-kernel form with PDL on sm_90 (m16n8k16): at most 80 registers, 3 of its 5
+// groups dequantized while it waits. Each quarter of an SM's register file (16384, one per warp
+// scheduler) then holds kernel A's 4 warps at 64 registers (kernel A with kMinBlocks 2) beside 3
+// warps of this kernel, so all 80 B CTAs are resident from the start, issuing their W2 loads
+// behind kernel A's W13 loads. With all 5 groups dequantized (94 registers) 16 of them waited
+// for kernel A's CTAs to retire (H200, docs/performance.md section 4). Compilers without
+// __maxnreg__ (before CUDA 12.4) get plain launch bounds: correct, only not co-resident.
+#if defined(__CUDACC_VER_MAJOR__) && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define QPN_B_CAPPED_BOUNDS __maxnreg__(80)
+#else
+#define QPN_B_CAPPED_BOUNDS __launch_bounds__(kWarpsB * 32)
+#endif
+constexpr int kCappedPreDequant = 3;
+template <bool kMeta3>
+__global__ void QPN_B_CAPPED_BOUNDS w2_combine_capped_kernel(MoeArgs a) {
+  w2_combine_body<kMeta3, false, kCappedPreDequant>(a);
 }
 
 // Kernel A of the split form: grid (kTiles13, kRoutes), kSplitWarps * 32 threads.
