@@ -30,7 +30,10 @@ def bench_op(
         48,
         "--layers",
         envvar=BENCH_OP_LAYERS.name,
-        help="Distinct layers of banks (48 x ~393 MB at 4byte: far above any L2).",
+        help=(
+            "Distinct layers of banks (48: 369 MB routed per replay at 4byte, 6x an H200's L2; "
+            "fewer than 3x the L2 is noted in the report as possibly optimistic)."
+        ),
     ),
     iters: int = typer.Option(
         50, "--iters", envvar=BENCH_OP_ITERS.name, help="Timed graph replays per round."

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from qpnserve.benchop.runner import BenchConfig, run_bench
+from qpnserve.benchop.runner import BenchConfig, l2_reuse_note, run_bench
 from qpnserve.errors import BenchError, CanaryError
-from tests.bench_op.conftest import ScriptedTimer, make_ops, python_floor, reference_op
+from tests.bench_op.conftest import ScriptedTimer, facts, make_ops, python_floor, reference_op
 
 CPU = torch.device("cpu")
 
@@ -126,3 +126,21 @@ def test_bench_report_json_round_trips_with_the_issue_fields(small_config: Bench
         assert key in data["ratios"]
     assert {"gpu_name", "torch_version", "cuda_version", "git_commit"} <= set(data["device"])
     assert BenchOpReport.model_validate_json(text) == report
+
+
+def test_l2_reuse_note_names_the_layers_that_avoid_it() -> None:
+    # H200: 60 MiB of L2, 7.68 MB routed per call (4-byte).
+    note = l2_reuse_note(8, 7_680_000, 60.0)
+    assert note is not None
+    assert "61 MB per replay" in note and "--layers 25 or more" in note
+    assert l2_reuse_note(24, 7_680_000, 60.0) is not None
+    assert l2_reuse_note(25, 7_680_000, 60.0) is None
+    assert l2_reuse_note(1, 7_680_000, 0.0) is None  # L2 size unknown: no claim either way
+
+
+def test_bench_report_carries_the_l2_reuse_note(small_config: BenchConfig) -> None:
+    ops = make_ops()
+    ops.facts = lambda: facts().model_copy(update={"l2_mib": 60.0})
+    report = run_bench(small_config, ops, CPU)
+    assert any("less than 3x the 60 MiB L2" in n for n in report.notes)
+    assert not any("L2" in n for n in run_bench(small_config, make_ops(), CPU).notes)
