@@ -1,6 +1,6 @@
 """Timeline of one op call on the GPU: where the time goes between kernel A and kernel B.
 
-    python scripts/op_trace.py [--layers 8] [--replays 20] [--paths auto,fused] [--format 4byte]
+    python scripts/op_trace.py [--layers 32] [--replays 20] [--paths auto,fused] [--derive]
 
 Builds csrc/ a second time with -DQPN_TRACE (a separate library in --build-dir, never the one
 `qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer at up to 16
@@ -127,7 +127,7 @@ def report(stamps: torch.Tensor, form: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument(
         "--paths", default="auto,fused", help="comma list of: auto, or a --diag of op_timing.py"
