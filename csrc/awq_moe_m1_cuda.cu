@@ -54,10 +54,12 @@ constexpr int64_t kDiagBDequantLate = 2048;  // kernel B dequantizes W2 after th
 constexpr int64_t kForceSplit = 4096;        // the split form (kernels A + C) on any sm_80+
 constexpr int64_t kDiagLoadOnlyA = 8192;     // kernel A skips its arithmetic (wrong h)
 constexpr int64_t kDiagRolledSums = 16384;   // split form: the partial sums as a rolled loop
+constexpr int64_t kDiagBare = 32768;         // with kDiagLoadOnlyA, split form: loads and exit
+constexpr int64_t kDiagStreamOnlyA = kDiagLoadOnlyA | kDiagBare;
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
-                              kDiagRolledSums;
+                              kDiagRolledSums | kDiagBare;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
 // x E=512, 4-byte, commit 2f89565): two kernels 6.94 us/layer, fused 9.30 (its counter
 // hand-off costs more than the kernel boundary it removes: 3.14 against 1.90 us with every id
@@ -104,7 +106,10 @@ float* y_part_address(int device) {
 template <bool kMeta3>
 void launch_split(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
                   int64_t diag) {
-  auto* kernel_a = (diag & kDiagLoadOnlyA)    ? qpn::split_a_kernel<kMeta3, qpn::kSplitLoadOnly>
+  constexpr int kBare = qpn::kSplitLoadOnly | qpn::kSplitBare;
+  const bool stream_only = (diag & kDiagStreamOnlyA) == kDiagStreamOnlyA;
+  auto* kernel_a = stream_only                ? qpn::split_a_kernel<kMeta3, kBare>
+                   : (diag & kDiagLoadOnlyA)  ? qpn::split_a_kernel<kMeta3, qpn::kSplitLoadOnly>
                    : (diag & kDiagRolledSums) ? qpn::split_a_kernel<kMeta3, qpn::kSplitRolled>
                                               : qpn::split_a_kernel<kMeta3, 0>;
   auto* kernel_c = qpn::combine_split_kernel;

@@ -317,12 +317,17 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 constexpr int kSplitWarps = 16;
 
 // Tuning variants of the split unit (template flags; 0 is the default kernel).
-//   kSplitLoadOnly: stream every byte but skip the arithmetic (times the loads; wrong results).
+//   kSplitLoadOnly: stream every byte but skip the arithmetic (times the loads and the tail's
+//                   sums, barriers and stores; wrong results).
+//   kSplitBare:     with kSplitLoadOnly, stop right after the loads (one word per warp out):
+//                   the stream alone, for comparison with the read floor.
 //   kSplitRolled:   the partial sums of h as a rolled loop.
-// (Measured on the H200 and not kept, docs/evidence/experiments.md: every warp computing h itself
-// and shuffling it to its MMA lanes; the W2 slice issued and decoded before the W13 codes.)
+// (Measured on the H200 and not kept, docs/evidence/fc3a1f6/experiments.md: every warp
+// computing h itself and shuffling it to its MMA lanes; the W2 slice issued and decoded before
+// the W13 codes; L2 sweeps of the route's strided parts.)
 constexpr int kSplitLoadOnly = 1;
 constexpr int kSplitRolled = 2;
+constexpr int kSplitBare = 4;
 
 template <bool kMeta3, int kFlags>
 __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route) {
@@ -434,6 +439,13 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
     }
   }
   trace_stamp_after(slot, 15, __uint_as_float(w2q[0].w[0][0] ^ sink));  // warp 0's W2 decoded
+  if constexpr (kLoadOnly && (kFlags & kSplitBare) != 0) {
+    unsigned v = sink ^ __float_as_uint(acc.d[0][0]);  // every lane's loads stay live
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v ^= __shfl_xor_sync(0xffffffffu, v, m);
+    if (lane == 0) part_out[0] = __uint_as_float(v & 0x3fffffffu);
+    return;
+  }
   __syncthreads();
   trace_stamp(slot, 3);  // every warp's dot products done, W2 decoded
 

@@ -45,6 +45,7 @@ DIAG = {
     "rolled-sums": 16384,
     "B-dequant-late": 2048,
     "A-load-only": 8192 | 4,
+    "A-stream-only": 8192 | 4 | 32768,  # split form: kernel A's loads, then it exits
 }
 # Not an op variant: the benchmark's read floor (read_floor_m1, 4 loads per thread, PDL) in the
 # same back-to-back graph, so kernel A's loads can be compared with it directly.
