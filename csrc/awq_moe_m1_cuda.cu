@@ -56,10 +56,13 @@ constexpr int64_t kDiagLoadOnlyA = 8192;     // kernel A skips its arithmetic (w
 constexpr int64_t kDiagRolledSums = 16384;   // split form: the partial sums as a rolled loop
 constexpr int64_t kDiagBare = 32768;         // with kDiagLoadOnlyA, split form: loads and exit
 constexpr int64_t kDiagStreamOnlyA = kDiagLoadOnlyA | kDiagBare;
+// bits 18-20: the two-kernel form's kernel B (sm_90, PDL) holds its W2 loads back 250 ns x that
+constexpr int64_t kDiagBDelayShift = 18;
+constexpr int64_t kDiagBDelayMask = int64_t{7} << kDiagBDelayShift;
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
-                              kDiagRolledSums | kDiagBare;
+                              kDiagRolledSums | kDiagBare | kDiagBDelayMask;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
 // x E=512, 4-byte, commit 2f89565): two kernels 6.94 us/layer, fused 9.30 (its counter
 // hand-off costs more than the kernel boundary it removes: 3.14 against 1.90 us with every id
@@ -162,7 +165,8 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
   if (!kUse884) {
     if (use_pdl) {
       kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2>;
-      kernel_b = qpn::w2_combine_capped_kernel<kMeta3>;
+      kernel_b = (diag & kDiagBDelayMask) != 0 ? qpn::w2_combine_capped_kernel<kMeta3, true>
+                                               : qpn::w2_combine_capped_kernel<kMeta3>;
     }
     switch ((diag >> kDiagWarpsShift) & 3) {
       case 1: kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 8>; warps_a = 8; break;
@@ -216,6 +220,7 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
   args.num_experts = static_cast<int>(w13.size(0));
   args.diag = ((diag & kDiagLaunchOnly) ? qpn::kDiagLaunchOnly : 0) |
               ((diag & kDiagNoPrefetch) ? qpn::kDiagNoW2Prefetch : 0);
+  args.b_delay_ns = static_cast<int>(((diag & kDiagBDelayMask) >> kDiagBDelayShift) * 250);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
   const bool meta3 = format == MetaFormat::kThreeByte;

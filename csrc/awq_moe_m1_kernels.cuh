@@ -62,12 +62,20 @@ struct MoeArgs {
   float* y_part;               // split form: (10, 10, 2560) FP32 shares of y, g_y_part
   int num_experts;             // E, the banks' leading dimension
   int diag;                    // tuning diagnostics, 0 in normal calls (kDiag* bits)
+  int b_delay_ns;              // tuning runs: kernel B holds its W2 loads back this long
 };
 
 // kDiagLaunchOnly: both kernels stop right after reading ids (measures launch + ids latency).
 constexpr int kDiagLaunchOnly = 1;
 // kDiagNoW2Prefetch: kernel A does not prefetch the routes' W2 into L2 (tuning comparisons).
 constexpr int kDiagNoW2Prefetch = 2;
+
+// %globaltimer, ns (tuning delays and trace stamps).
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Timeline stamps, in tracing builds only (-DQPN_TRACE, `scripts/op_trace.py`): thread 0 of every
@@ -480,7 +488,11 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
 // form, traced, starts all 80 B CTAs at once but spends 1.8 us after the wait and slows kernel
 // A beside it (commit 2a4857f, docs/evidence/bsmem/); it also needs 100 KB per CTA, which
 // sm_86/sm_89 do not have. Not kept.)
-template <bool kMeta3, bool kMma884, int kPreDequant = 0, typename WaitForH>
+// kDelayW2 (tuning runs, the staged two-kernel form): hold the W2 loads back a.b_delay_ns after
+// the CTA starts, so that kernel A's W13 is served first and h can be published while W2 still
+// streams.
+template <bool kMeta3, bool kMma884, int kPreDequant = 0, bool kDelayW2 = false,
+          typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
   constexpr int kG = kGroups2;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
@@ -499,6 +511,10 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   const bool valid = route_is_valid(e, a.num_experts);
   const LaneMap<kMma884> lm(lane);
   GroupFrag<kMeta3> f[kG];
+  if constexpr (kDelayW2) {
+    const unsigned long long until = global_ns() + static_cast<unsigned>(a.b_delay_ns);
+    while (global_ns() < until) __nanosleep(64);
+  }
   if (valid) {
     // W2 does not depend on h: stream it in before waiting.
     const uint4* codes = reinterpret_cast<const uint4*>(
@@ -584,13 +600,13 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
 }
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
-template <bool kMeta3, bool kMma884, int kPreDequant = 0>
+template <bool kMeta3, bool kMma884, int kPreDequant = 0, bool kDelayW2 = false>
 __device__ __forceinline__ void w2_combine_body(const MoeArgs& a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
   }
-  w2_combine_unit<kMeta3, kMma884, kPreDequant>(a, blockIdx.x, [](int) {
+  w2_combine_unit<kMeta3, kMma884, kPreDequant, kDelayW2>(a, blockIdx.x, [](int) {
     // The next layer's kernels may be scheduled now; they wait for our completion themselves.
     pdl_launch_dependents();
     pdl_wait_primary();  // kernel A's intermediate is complete and visible after this
@@ -616,9 +632,9 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 #define QPN_B_CAPPED_BOUNDS __launch_bounds__(kWarpsB * 32)
 #endif
 constexpr int kCappedPreDequant = 3;
-template <bool kMeta3>
+template <bool kMeta3, bool kDelayW2 = false>
 __global__ void QPN_B_CAPPED_BOUNDS w2_combine_capped_kernel(MoeArgs a) {
-  w2_combine_body<kMeta3, false, kCappedPreDequant>(a);
+  w2_combine_body<kMeta3, false, kCappedPreDequant, kDelayW2>(a);
 }
 
 // Kernel A of the split form: grid (kTiles13, kRoutes), kSplitWarps * 32 threads.

@@ -38,6 +38,9 @@ DIAG = {
     "two-kernels": 256,
     "two-kernels-no-pdl": 256 | 16,
     "two-kernels-no-prefetch": 256 | 1024,
+    # the two-kernel form, kernel A not prefetching W2 and kernel B holding its W2 loads back
+    # 250 ns x k (sm_90 with PDL): W13 served first, h published while W2 still streams
+    **{f"staged-{250 * k}": 256 | 1024 | (k << 18) for k in range(1, 8)},
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,
