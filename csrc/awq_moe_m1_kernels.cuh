@@ -554,12 +554,16 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
         dot_group<kMeta3, kMma884>(acc, f[g], hv[g]);
       }
     }
-    store_partials<kMma884>(acc, part + route * kParts * kTile, lane);
-    __syncwarp();
     // y_route = fp16(FP32 sum over k), per route; quadpair partials in ascending order.
     float y = 0.0f;
+    if constexpr (kMma884) {
+      store_partials<kMma884>(acc, part + route * kParts * kTile, lane);
+      __syncwarp();
 #pragma unroll
-    for (int p = 0; p < kParts; ++p) y += part[(route * kParts + p) * kTile + lane];
+      for (int p = 0; p < kParts; ++p) y += part[(route * kParts + p) * kTile + lane];
+    } else {
+      y += lane_column(acc, lane);  // one part, already in the lane of its column
+    }
     ys[route * kTile + lane] = __half2float(__float2half_rn(y));
   }
   __syncthreads();

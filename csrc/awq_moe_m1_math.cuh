@@ -331,6 +331,17 @@ __device__ __forceinline__ void dot_group(WarpAcc<kMma884>& acc, const GroupFrag
   mma_group<kMma884>(acc, q, xv);
 }
 
+// m16n8k16 f32 accumulators: c0 = D[g][2t], c2 = D[g + 8][2t]; every n holds the same sum.
+// Lane (g, t) holds column 4g + t (= the lane index) of the tile: pair t / 2, row g (c0) or
+// g + 8 (c2) for t even / odd. Selects, not acc.d[t >> 1]: a run-time index would put the
+// accumulators on the stack.
+__device__ __forceinline__ float lane_column(const WarpAcc<false>& acc, int lane) {
+  const bool odd = lane & 1;
+  const float v0 = odd ? acc.d[0][2] : acc.d[0][0];
+  const float v1 = odd ? acc.d[1][2] : acc.d[1][0];
+  return (lane & 2) ? v1 : v0;
+}
+
 // Write a warp's per-column partials to part[kParts][32] (tile column index 0..31).
 template <bool kMma884>
 __device__ __forceinline__ void store_partials(const WarpAcc<kMma884>& acc, float* part, int lane) {
@@ -351,13 +362,7 @@ __device__ __forceinline__ void store_partials(const WarpAcc<kMma884>& acc, floa
       }
     }
   } else {
-    // m16n8k16 f32 accumulators: c0 = D[g][2t], c2 = D[g + 8][2t]; every n holds the same sum.
-    // Lane (g, t) writes column 4g + t: pair t / 2, row g (c0) or g + 8 (c2) for t even / odd.
-    // Selects, not acc.d[t >> 1]: a run-time index would put the accumulators on the stack.
-    const bool odd = lane & 1;
-    const float v0 = odd ? acc.d[0][2] : acc.d[0][0];
-    const float v1 = odd ? acc.d[1][2] : acc.d[1][0];
-    part[lane] = (lane & 2) ? v1 : v0;
+    part[lane] = lane_column(acc, lane);
   }
 }
 
