@@ -88,7 +88,7 @@ bool fused_fits(int device) {
 }
 
 // The device address of the split form's shares buffer (a __device__ array of this module),
-// looked up once per device; the kernels take it as an argument (awq_moe_m1_kernels.cuh says
+// looked up once per device; the kernels take it as an argument (awq_moe_m1_split.cuh says
 // why). Needs the device guard of the caller.
 float* y_part_address(int device) {
   static std::mutex mu;
@@ -154,7 +154,7 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
   // Both kernels are launched as programmatic dependents on sm_90: A waits for its
   // predecessor (griddepcontrol.wait) before reading ids and x, B before reading h. With PDL,
   // B loads and dequantizes its W2 while it waits; on sm_90 (m16n8k16) A at 64 registers and B
-  // capped at 80 so that every B CTA is resident beside A from the start (kernels.cuh).
+  // capped at 80 so that every B CTA is resident beside A from the start (two_kernel.cuh).
   const bool use_pdl =
       cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
       binary_has_pdl(qpn::w2_combine_kernel<kMeta3, kUse884, qpn::kGroups2>, device);

@@ -1,7 +1,7 @@
 // The arithmetic of qpnserve::awq_moe_m1_out on one warp: the bank geometry, loading a lane's
 // share of a (group, 32-column tile), decoding 4-bit codes with the group's scale and bias into
 // FP16 weights, and the tensor-core multiply-accumulate. Kernels and the work split are in
-// awq_moe_m1_kernels.cuh.
+// awq_moe_m1_kernels.cuh and the headers it includes.
 //
 // Includes nothing but cuda_fp16.h so that NVRTC (the sm_70 CI gate) can compile it without
 // torch.

@@ -4,7 +4,7 @@
 
 Builds csrc/ a second time with -DQPN_TRACE (a separate library in --build-dir, never the one
 `qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer at up to 16
-points of a call (csrc/awq_moe_m1_kernels.cuh, trace_stamp). It replays a CUDA graph of
+points of a call (csrc/awq_moe_m1_common.cuh, trace_stamp). It replays a CUDA graph of
 --layers calls like scripts/op_timing.py and reads the last call's stamps: a call in steady
 state, whose kernel A waited for the previous call's kernel B (or C). Times are in ns from
 the first unit A's start. For tuning runs on a GPU host; not a benchmark (the stamps cost a
@@ -26,7 +26,7 @@ from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
 
 UNITS_A, UNITS_B, STAMPS = 100, 80, 16
-# The stamps each form writes (csrc/awq_moe_m1_kernels.cuh, trace_stamp), by index, and the
+# The stamps each form writes (csrc/awq_moe_m1_common.cuh, trace_stamp), by index, and the
 # index of a unit A's last stamp.
 POINTS = {
     "two-kernel": (

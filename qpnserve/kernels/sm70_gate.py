@@ -1,7 +1,7 @@
 """The sm_70 compile gate: the operator's device code built for V100 without a GPU or nvcc.
 
 CUDA 13 cannot target sm_70, and CI has no GPU, so the gate compiles csrc/awq_moe_m1_kernels.cuh
-(with the awq_moe_m1_math.cuh it includes) with the CUDA 12.8 NVRTC from PyPI
+(with the headers it includes) with the CUDA 12.8 NVRTC from PyPI
 (nvidia-cuda-nvrtc-cu12; headers from nvidia-cuda-runtime-cu12) to PTX for compute_70, then
 assembles it with ptxas 12.8 (nvidia-cuda-nvcc-cu12) for sm_70 and reads its resource report.
 It fails on a compile error, on any spill or stack frame in a kernel that runs on sm_70, or

@@ -1,0 +1,139 @@
+// What every form of the AWQ M1 operator's kernels shares: the launch geometry, the kernel
+// arguments, the tuning-diagnostic bits, timeline stamps for tracing builds and SwiGLU. The
+// forms are in awq_moe_m1_two_kernel.cuh and awq_moe_m1_split.cuh (awq_moe_m1_kernels.cuh
+// includes them all). Needs nothing but cuda_fp16.h (NVRTC compiles it for the sm_70 gate).
+
+#pragma once
+
+#include "awq_moe_m1_math.cuh"
+
+namespace qpn {
+
+// Kernel A geometry: 100 CTAs of warps_a() warps; each warp owns kGroups13 / warps_a() groups.
+// The m8n8k4 (V100) configuration uses 8 warps: its 32 accumulator registers per lane would
+// spill under the 64-register cap that two 512-thread CTAs per SM impose, and V100 needs two
+// CTAs per SM (100 CTAs on 80 SMs) to run kernel A in one wave. sm_80+ uses 16 warps.
+__host__ __device__ constexpr int warps_a(bool mma884) { return mma884 ? 8 : 16; }
+constexpr int kWarpsB = kRoutes;
+// Kernel A's loads in flight per warp, in groups (512 B of codes + metadata each). V100 needs
+// only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (2 CTAs x 256 threads x
+// 3 groups x 32 B = 48 KB here); sm_80+ issues all of a warp's loads at once.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int kMaxDepthA = 3;
+#define QPN_A_MIN_BLOCKS 2
+#else
+constexpr int kMaxDepthA = kGroups13;
+#define QPN_A_MIN_BLOCKS 1
+#endif
+
+struct MoeArgs {
+  __half* out;                 // (1, 2560) fp16, written completely
+  __half* intermediate;        // (10, 160) fp16, written completely
+  const __half* x;             // (1, 2560) fp16
+  const unsigned* w13;         // (E, 2560, 40) int32 words, tiled (contract section 3)
+  const void* s13;             // (E, 80, 320) int32 records or (E, 80, 320, 3) uint8
+  const unsigned* w2;          // (E, 160, 320) int32 words, tiled
+  const void* s2;              // (E, 5, 2560) int32 records or (E, 5, 2560, 3) uint8
+  const int* ids;              // (1, 10) int32, router order; outside [0, E) = no contribution
+  const float* weights;        // (1, 10) fp32 router weights
+  float* y_part;               // split form: (10, 10, 2560) FP32 shares of y, g_y_part
+  int num_experts;             // E, the banks' leading dimension
+  int diag;                    // tuning diagnostics, 0 in normal calls (kDiag* bits)
+  int b_delay_ns;              // tuning runs: kernel B holds its W2 loads back this long
+};
+
+// kDiagLaunchOnly: both kernels stop right after reading ids (measures launch + ids latency).
+constexpr int kDiagLaunchOnly = 1;
+// kDiagNoW2Prefetch: kernel A does not prefetch the routes' W2 into L2 (tuning comparisons).
+constexpr int kDiagNoW2Prefetch = 2;
+
+// %globaltimer, ns (tuning delays and trace stamps).
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timeline stamps, in tracing builds only (-DQPN_TRACE, `scripts/op_trace.py`): thread 0 of every
+// CTA writes %globaltimer at up to 16 points of the call, slot = route * 10 + tile for units A,
+// 100 + tile for units B; each call overwrites the previous one's.
+
+constexpr int kTraceSlots = 256;
+constexpr int kTraceStamps = 16;
+#ifdef QPN_TRACE
+// Stamps go to shared memory first and to g_trace once, at the unit's end (trace_flush): a
+// global store per stamp would queue behind the weight stream and delay what follows it.
+__device__ unsigned long long g_trace[kTraceSlots][kTraceStamps];
+__shared__ unsigned long long s_trace[kTraceStamps];
+__device__ __forceinline__ void trace_stamp(int, int k) {
+  if (threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (k == 0) {
+#pragma unroll
+      for (int i = 1; i < kTraceStamps; ++i) s_trace[i] = 0;
+    }
+    s_trace[k] = t;
+  }
+}
+// A stamp taken only once `dep` is computed (an operand of the timer read), so that it marks
+// when that value (say an accumulator that needs a group's loads) was ready.
+__device__ __forceinline__ void trace_stamp_after(int, int k, float dep) {
+  if (threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer; // %1" : "=l"(t) : "f"(dep));
+    s_trace[k] = t;
+  }
+}
+__device__ __forceinline__ void trace_flush(int slot) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < kTraceStamps; ++i) g_trace[slot][i] = s_trace[i];
+  }
+}
+#else
+__device__ __forceinline__ void trace_stamp(int, int) {}
+__device__ __forceinline__ void trace_stamp_after(int, int, float) {}
+__device__ __forceinline__ void trace_flush(int) {}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU at the end of a unit A (both forms).
+
+// The 16 values of h of a unit A, in lanes 0..15 of the calling warp: the kParts FP32 partials
+// of the tile's 16 gate and 16 up columns summed in ascending order (a fixed order), rounded,
+// SwiGLU. Lanes 16..31 return 0.
+template <int kParts, bool kRolled = false>
+__device__ __forceinline__ __half swiglu_h(const float* part, int lane) {
+  __half h = __float2half_rn(0.0f);
+  if (lane < kTile / 2) {
+    float gate = 0.0f, up = 0.0f;
+#pragma unroll(kRolled ? 1 : kParts)
+    for (int p = 0; p < kParts; ++p) {
+      gate += part[p * kTile + 2 * lane];
+      up += part[p * kTile + 2 * lane + 1];
+    }
+    trace_stamp(0, 7);
+    const __half gate16 = __float2half_rn(gate);
+    const __half up16 = __float2half_rn(up);
+    const float g = __half2float(gate16);
+    const __half silu16 = __float2half_rn(g / (1.0f + expf(-g)));
+    h = __hmul(silu16, up16);
+    trace_stamp(0, 8);
+  }
+  return h;
+}
+
+// The end of a unit A, on warp 0: h to hs (shared) and h_out.
+template <int kParts, bool kRolled = false>
+__device__ __forceinline__ void swiglu_store(const float* part, __half* hs, __half* h_out, int lane) {
+  const __half h = swiglu_h<kParts, kRolled>(part, lane);
+  if (lane < kTile / 2) hs[lane] = h;
+  __syncwarp();
+  trace_stamp(0, 9);
+  // 16 values = 32 B: two 16 B stores.
+  if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
+}
+
+}  // namespace qpn

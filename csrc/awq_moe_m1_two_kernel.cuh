@@ -1,0 +1,359 @@
+// The two-kernel form (V100 and sm_80-89; `--op-path two-kernels` on sm_90) and the fused
+// single launch that reuses its units: unit A (W13, SwiGLU, h), unit B (W2 of all routes for
+// one output tile, the route combine), their kernels, and the fused form's hand-off of h.
+
+#pragma once
+
+#include "awq_moe_m1_common.cuh"
+
+namespace qpn {
+
+// ---------------------------------------------------------------------------------------------
+// Hand-off of h between the units of one fused launch: per-route arrival counters in this
+// module. Every call leaves them at zero (the last unit B of a call resets them), so calls on
+// one device must not run concurrently; the route's calls are one per MoE layer on the model's
+// stream.
+
+struct FusedSync {
+  unsigned route_ready[kRoutes];  // unit A completions per route (kTiles13 when h_r is whole)
+  unsigned b_waited;              // unit B warps past their wait in the current call
+};
+__device__ FusedSync g_fused_sync;
+
+__device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+// Unit A's signal: its h stores (made by lanes 0..15 of warp 0, the caller) are fenced, then
+// one relaxed add publishes them (fence + relaxed write = a release pattern).
+__device__ __forceinline__ void signal_h_ready(int route, int lane) {
+  fence_acq_rel_gpu();
+  __syncwarp();
+  if (lane == 0) atomicAdd(&g_fused_sync.route_ready[route], 1u);
+}
+
+// A warp of unit B waits until all kTiles13 units A of `route` have published h (relaxed polls,
+// then a fence: an acquire pattern). A count that never arrives means concurrent calls on one
+// device or a broken launch: trap after 2^24 polls (seconds) instead of hanging the server.
+__device__ __forceinline__ void wait_h_ready(int route) {
+  unsigned polls = 0;
+  while (load_relaxed_gpu(&g_fused_sync.route_ready[route]) < static_cast<unsigned>(kTiles13)) {
+    if (++polls > (1u << 24)) __trap();
+  }
+  fence_acq_rel_gpu();
+}
+
+// Kernel A's CTA (tile, route) prefetches tile/10 of the route's W2 (codes and metadata, each
+// contiguous per expert) into L2 right after issuing its W13 loads, so W2 streams from HBM while
+// W13 is computed and kernel B's loads hit L2 whether or not its CTAs were resident early.
+// One 128 B line per thread: 160 lines of codes, then 40 (4-byte) or 30 (3-byte) of metadata.
+template <bool kMeta3>
+__device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int tile) {
+  constexpr int kLine = 128;
+  constexpr int kCodeBytes = kWords2 * 4 / kTiles13;                      // 20480
+  constexpr int kMetaBytes = kGroups2 * kHidden * (kMeta3 ? 3 : 4) / kTiles13;  // 5120 or 3840
+  constexpr int kCodeLines = kCodeBytes / kLine;
+  constexpr int kLines = kCodeLines + (kMetaBytes + kLine - 1) / kLine;
+  const int i = threadIdx.x;
+  if (i < kCodeLines) {
+    const char* base = reinterpret_cast<const char*>(a.w2 + static_cast<long long>(e) * kWords2);
+    prefetch_l2(base + tile * kCodeBytes + i * kLine);
+  } else if (i < kLines) {
+    const char* base = static_cast<const char*>(a.s2) +
+                       static_cast<long long>(e) * (kGroups2 * kHidden * (kMeta3 ? 3 : 4));
+    prefetch_l2(base + tile * kMetaBytes + (i - kCodeLines) * kLine);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unit A: W13 + SwiGLU for one (tile, route): 16 values of intermediate[route]. kWarpsA warps
+// (dividing the 80 groups) split K; their FP32 partials meet in shared memory in warp order.
+// kSignal: publish h through g_fused_sync (the fused form).
+//
+// Critical path: x is loaded before ids (it does not depend on them) and only stored to shared
+// memory after the weight loads are issued, so the weight stream starts one round trip after
+// the kernel starts, not two.
+
+// kLoadOnly (tuning runs only): stream the W13 loads as usual but skip the arithmetic (h is then
+// meaningless), which times kernel A's memory traffic alone.
+template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false>
+__device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
+  constexpr int kG = kGroups13 / kWarpsA;
+  constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
+  constexpr int kParts = WarpAcc<kMma884>::kParts;
+  constexpr int kRecordBytes = kMeta3 ? 3 : 4;
+  constexpr int kXChunks = kG * 4;  // 16 B chunks of x in this warp's k slice
+  constexpr int kXPerLane = (kXChunks + 31) / 32;
+  __shared__ float part[kWarpsA * kParts * kTile];
+  __shared__ uint4 xs[kWarpsA][kXChunks];
+  __shared__ __align__(16) __half hs[kTile / 2];
+
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int g0 = warp * kG;
+  uint4 xr[kXPerLane];
+#pragma unroll
+  for (int j = 0; j < kXPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < kXChunks) xr[j] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
+  }
+  const int slot = route * kTiles13 + tile;
+  trace_stamp(slot, 0);
+  const int e = a.ids[route];
+  __half* h_out = a.intermediate + route * kInter + tile * (kTile / 2);
+  if (!route_is_valid(e, a.num_experts)) {
+    if (threadIdx.x < kTile / 2) h_out[threadIdx.x] = __float2half_rn(0.0f);
+    if (kSignal && warp == 0) signal_h_ready(route, lane);
+    return;
+  }
+  trace_stamp(slot, 1);  // ids known
+  const LaneMap<kMma884> lm(lane);
+  const uint4* codes = reinterpret_cast<const uint4*>(
+      a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
+  const unsigned char* meta =
+      static_cast<const unsigned char*>(a.s13) +
+      (static_cast<long long>(e) * kGroups13 * kN13 + g0 * kN13 + tile * kTile) * kRecordBytes;
+  constexpr int kMetaGroupBytes = kN13 * kRecordBytes;
+  GroupFrag<kMeta3> ring[kDepth];
+#pragma unroll
+  for (int g = 0; g < kDepth; ++g) load_group(ring[g], codes, meta, kMetaGroupBytes, g, lm);
+  if (!kSignal && (a.diag & kDiagNoW2Prefetch) == 0) prefetch_w2_share<kMeta3>(a, e, tile);
+#pragma unroll
+  for (int j = 0; j < kXPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < kXChunks) xs[warp][i] = xr[j];
+  }
+  __syncwarp();
+
+  WarpAcc<kMma884> acc;
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    if constexpr (kLoadOnly) {
+      const GroupFrag<kMeta3>& f = ring[g % kDepth];
+      acc.d[0][0] += __uint_as_float((f.codes.x ^ f.codes.y ^ f.codes.z ^ f.codes.w ^ f.meta.x ^
+                                      f.meta.y ^ f.meta.z ^ f.meta.w) & 0x3fffffffu);
+    } else {
+      dot_group<kMeta3, kMma884>(acc, ring[g % kDepth], xs[warp][4 * g + lm.kq]);
+    }
+    if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
+  }
+  store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
+  __syncthreads();
+  trace_stamp(slot, 2);  // every warp's dot products done
+
+  if (warp == 0) {
+    swiglu_store<kWarpsA * kParts>(part, hs, h_out, lane);
+    trace_stamp(slot, 3);  // h stored
+    trace_flush(slot);
+    if (kSignal) signal_h_ready(route, lane);
+  }
+}
+
+// Unit B: W2 of all routes for one 32-column output tile, then the router-weighted sum.
+// kWarpsB warps; warp r handles route r. `wait_for_h(r)` runs after the W2 loads are issued and
+// before h_r is read (PDL in the two-kernel form, the route's counter in the fused form).
+// kPreDequant: dequantize that many of the kGroups2 groups of W2 while waiting for h, into
+// registers (16 per group and lane instead of the codes' 8), so that only their MMAs remain after
+// the wait; the others are dequantized after it. Used where the wait is real (PDL on
+// sm_90); without PDL kernel B starts after A has finished, and issuing the h loads right after
+// the W2 loads (one round trip for both) is better than dequantizing in between.
+// (Measured on the H200, `scripts/op_timing.py`, 4-byte, us/layer: dequant after the wait 7.17,
+// before it in registers 6.85, in shared memory with kernel B capped at 64 registers so that its
+// CTAs fit beside kernel A's 6.77; kernel B capped at 64 registers alone 7.00. The shared-memory
+// form, traced, starts all 80 B CTAs at once but spends 1.8 us after the wait and slows kernel
+// A beside it (commit 2a4857f, docs/evidence/bsmem/); it also needs 100 KB per CTA, which
+// sm_86/sm_89 do not have. Not kept.)
+// kDelayW2 (tuning runs, the staged two-kernel form): hold the W2 loads back a.b_delay_ns after
+// the CTA starts, so that kernel A's W13 is served first and h can be published while W2 still
+// streams.
+template <bool kMeta3, bool kMma884, int kPreDequant = 0, bool kDelayW2 = false,
+          typename WaitForH>
+__device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
+  constexpr int kG = kGroups2;
+  constexpr int kParts = WarpAcc<kMma884>::kParts;
+  constexpr int kRecordBytes = kMeta3 ? 3 : 4;
+  __shared__ float part[kWarpsB * kParts * kTile];
+  __shared__ float ys[kRoutes * kTile];
+  __shared__ float wts[kRoutes];
+  __shared__ int valid_s[kRoutes];
+
+  const int route = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int slot = kTiles13 * kRoutes + tile;
+  trace_stamp(slot, 0);
+  const int e = a.ids[route];
+  const float weight = a.weights[route];  // read now: the combine at the end then waits for nothing
+  const bool valid = route_is_valid(e, a.num_experts);
+  const LaneMap<kMma884> lm(lane);
+  GroupFrag<kMeta3> f[kG];
+  if constexpr (kDelayW2) {
+    const unsigned long long until = global_ns() + static_cast<unsigned>(a.b_delay_ns);
+    while (global_ns() < until) __nanosleep(64);
+  }
+  if (valid) {
+    // W2 does not depend on h: stream it in before waiting.
+    const uint4* codes = reinterpret_cast<const uint4*>(
+        a.w2 + static_cast<long long>(e) * kWords2 + tile * (kInter / 8) * kTile);
+    const unsigned char* meta =
+        static_cast<const unsigned char*>(a.s2) +
+        (static_cast<long long>(e) * kGroups2 * kHidden + tile * kTile) * kRecordBytes;
+#pragma unroll
+    for (int g = 0; g < kG; ++g) load_group(f[g], codes, meta, kHidden * kRecordBytes, g, lm);
+  }
+  if (lane == 0) {
+    wts[route] = weight;
+    valid_s[route] = valid;
+  }
+  GroupWeights q[kPreDequant > 0 ? kPreDequant : 1];
+  if (kPreDequant > 0 && valid) {
+#pragma unroll
+    for (int g = 0; g < kPreDequant; ++g) dequant_group<kMeta3>(q[g], f[g]);
+  }
+  trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
+  wait_for_h(route);
+  trace_stamp(slot, 2);  // h may be read
+
+  if (valid) {
+    // h_r was written by other CTAs (this launch or the previous one): read it from L2, straight
+    // into the registers that hold the lane's k slice of each group.
+    const uint4* h4 = reinterpret_cast<const uint4*>(a.intermediate + route * kInter);
+    uint4 hv[kG];
+#pragma unroll
+    for (int g = 0; g < kG; ++g) hv[g] = __ldcg(h4 + 4 * g + lm.kq);
+    WarpAcc<kMma884> acc;
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      if (g < kPreDequant) {
+        mma_group<kMma884>(acc, q[g < kPreDequant ? g : 0], hv[g]);
+      } else {
+        dot_group<kMeta3, kMma884>(acc, f[g], hv[g]);
+      }
+    }
+    // y_route = fp16(FP32 sum over k), per route; quadpair partials in ascending order.
+    float y = 0.0f;
+    if constexpr (kMma884) {
+      store_partials<kMma884>(acc, part + route * kParts * kTile, lane);
+      __syncwarp();
+#pragma unroll
+      for (int p = 0; p < kParts; ++p) y += part[(route * kParts + p) * kTile + lane];
+    } else {
+      y += lane_column(acc, lane);  // one part, already in the lane of its column
+    }
+    ys[route * kTile + lane] = __half2float(__float2half_rn(y));
+  }
+  __syncthreads();
+
+  if (threadIdx.x < kTile) {
+    const int c = threadIdx.x;
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRoutes; ++r) {
+      // Invalid routes contribute exactly zero (skipped, so a NaN weight there cannot leak).
+      if (valid_s[r]) acc = fmaf(wts[r], ys[r * kTile + c], acc);
+    }
+    a.out[tile * kTile + c] = __float2half_rn(acc);
+  }
+  trace_stamp(slot, 3);  // out stored
+  trace_flush(slot);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two-kernel form (every arch): kernel A then kernel B. On sm_90 both are programmatic
+// dependents: A's CTAs are resident when the previous kernel ends, B's W2 loads overlap A.
+
+// Kernel A: grid (kTiles13, kRoutes), kWarpsA * 32 threads. kWarpsA other than warps_a() exists
+// for tuning runs. kMinBlocks 2 (at most 64 registers, no spills) is the sm_90 PDL form's kernel
+// A, beside w2_combine_capped_kernel.
+template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884), bool kLoadOnly = false,
+          int kMinBlocks = QPN_A_MIN_BLOCKS>
+__global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(MoeArgs a) {
+  // The previous kernel (the router) writes ids and x: wait for it before reading them.
+  pdl_wait_primary();
+  // Kernel B only prefetches weights before waiting for us; let it be scheduled at once.
+  pdl_launch_dependents();
+  if (a.diag & kDiagLaunchOnly) {
+    if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
+    return;
+  }
+  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly>(a, blockIdx.x, blockIdx.y);
+}
+
+// Kernel B: grid (kTiles2), kWarpsB * 32 threads.
+template <bool kMeta3, bool kMma884, int kPreDequant = 0, bool kDelayW2 = false>
+__device__ __forceinline__ void w2_combine_body(const MoeArgs& a) {
+  if (a.diag & kDiagLaunchOnly) {
+    if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
+    return;
+  }
+  w2_combine_unit<kMeta3, kMma884, kPreDequant, kDelayW2>(a, blockIdx.x, [](int) {
+    // The next layer's kernels may be scheduled now; they wait for our completion themselves.
+    pdl_launch_dependents();
+    pdl_wait_primary();  // kernel A's intermediate is complete and visible after this
+  });
+}
+
+template <bool kMeta3, bool kMma884, int kPreDequant = 0>
+__global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
+  w2_combine_body<kMeta3, kMma884, kPreDequant>(a);
+}
+
+// Kernel B of the two-kernel form with PDL on sm_90 (m16n8k16): at most 80 registers, 3 of its 5
+// groups dequantized while it waits. Each quarter of an SM's register file (16384, one per warp
+// scheduler) then holds kernel A's 4 warps at 64 registers (kernel A with kMinBlocks 2) beside 3
+// warps of this kernel, so all 80 B CTAs are resident from the start, issuing their W2 loads
+// behind kernel A's W13 loads. With all 5 groups dequantized (94 registers) 16 of them waited
+// for kernel A's CTAs to retire (H200, docs/performance.md section 4). Compilers without
+// __maxnreg__ (before CUDA 12.4) get plain launch bounds: correct, only not co-resident.
+#if defined(__CUDACC_VER_MAJOR__) && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define QPN_B_CAPPED_BOUNDS __maxnreg__(80)
+#else
+#define QPN_B_CAPPED_BOUNDS __launch_bounds__(kWarpsB * 32)
+#endif
+constexpr int kCappedPreDequant = 3;
+template <bool kMeta3, bool kDelayW2 = false>
+__global__ void QPN_B_CAPPED_BOUNDS w2_combine_capped_kernel(MoeArgs a) {
+  w2_combine_body<kMeta3, false, kCappedPreDequant, kDelayW2>(a);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused form (sm_80+, used when all kFusedCtas CTAs can be resident at once, so a waiting CTA
+// can never keep a producing CTA from running): one launch, CTAs [0, 100) run unit A and CTAs
+// [100, 180) unit B. The B CTAs issue their W2 loads at once, then each warp waits for its own
+// route's 10 A units (g_fused_sync), so W2 streams in parallel with W13 and no kernel boundary
+// sits between them.
+
+constexpr int kFusedWarps = kWarpsB;  // 10 warps: unit A then splits K in 8-group slices
+constexpr int kFusedCtasA = kTiles13 * kRoutes;
+constexpr int kFusedCtas = kFusedCtasA + kTiles2;
+
+template <bool kMeta3>
+__global__ void __launch_bounds__(kFusedWarps * 32, 2) fused_moe_kernel(MoeArgs a) {
+  pdl_wait_primary();  // ids and x are final after this (and the previous call has completed)
+  pdl_launch_dependents();
+  if (blockIdx.x < kFusedCtasA) {
+    w13_swiglu_unit<kMeta3, false, kFusedWarps, true>(a, blockIdx.x % kTiles13,
+                                                      blockIdx.x / kTiles13);
+    return;
+  }
+  // Each warp takes a ticket once past its wait; the result is only needed at the end, so the
+  // atomic's round trip overlaps the W2 work. The last ticket of the call (every warp of every
+  // unit B is past its wait, so every unit A has arrived) leaves the counters at zero.
+  unsigned ticket = 0;
+  w2_combine_unit<kMeta3, false>(a, blockIdx.x - kFusedCtasA, [&ticket](int route) {
+    wait_h_ready(route);
+    if ((threadIdx.x & 31) == 0) ticket = atomicAdd(&g_fused_sync.b_waited, 1u);
+  });
+  if ((threadIdx.x & 31) == 0 && ticket == static_cast<unsigned>(kTiles2 * kWarpsB) - 1u) {
+#pragma unroll
+    for (int r = 0; r < kRoutes; ++r) g_fused_sync.route_ready[r] = 0u;
+    g_fused_sync.b_waited = 0u;
+  }
+}
+
+}  // namespace qpn
