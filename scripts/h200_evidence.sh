@@ -44,5 +44,6 @@ step "the two-kernel form with W2 held back (kernel B's delay, ns)"
 timeout 150 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
   --diag two-kernels,two-kernels-no-prefetch,staged-500,staged-1000,staged-1250,staged-1500,staged-1750
 step trace
-timeout 150 python3 scripts/op_trace.py --derive --paths auto,two-kernels --build-dir /tmp/qt
+timeout 200 python3 scripts/op_trace.py --derive --paths auto,two-kernels,staged-1000 \
+  --build-dir /tmp/qt
 step done

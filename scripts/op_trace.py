@@ -146,7 +146,8 @@ def main() -> None:
     for name in args.paths.split(","):
         path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
-        form = "two-kernel" if name in ("two-kernels", "fused") else "split"
+        two_kernel = name == "fused" or name.startswith(("two-kernels", "staged-"))
+        form = "two-kernel" if two_kernel else "split"
         report(traced_call(banks, path, args.replays, args.derive), form)
 
 
