@@ -59,10 +59,13 @@ constexpr int64_t kDiagStreamOnlyA = kDiagLoadOnlyA | kDiagBare;
 // bits 18-20: the two-kernel form's kernel B (sm_90, PDL) holds its W2 loads back 250 ns x that
 constexpr int64_t kDiagBDelayShift = 18;
 constexpr int64_t kDiagBDelayMask = int64_t{7} << kDiagBDelayShift;
+// two-kernel form (sm_90, PDL): kernel A prefetches W2 once its W13 has landed, kernel B loads
+// W2 after its wait
+constexpr int64_t kDiagLateW2 = int64_t{1} << 21;
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
-                              kDiagRolledSums | kDiagBare | kDiagBDelayMask;
+                              kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
 // x E=512, 4-byte, commit 2f89565): two kernels 6.94 us/layer, fused 9.30 (its counter
 // hand-off costs more than the kernel boundary it removes: 3.14 against 1.90 us with every id
@@ -165,8 +168,13 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
   if (!kUse884) {
     if (use_pdl) {
       kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2>;
-      kernel_b = (diag & kDiagBDelayMask) != 0 ? qpn::w2_combine_capped_kernel<kMeta3, true>
-                                               : qpn::w2_combine_capped_kernel<kMeta3>;
+      kernel_b = (diag & kDiagBDelayMask) != 0
+                     ? qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2Delayed>
+                     : qpn::w2_combine_capped_kernel<kMeta3>;
+      if (diag & kDiagLateW2) {
+        kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, QPN_A_MIN_BLOCKS, true>;
+        kernel_b = qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AfterWait>;
+      }
     }
     switch ((diag >> kDiagWarpsShift) & 3) {
       case 1: kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 8>; warps_a = 8; break;

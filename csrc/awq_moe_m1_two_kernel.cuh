@@ -53,13 +53,12 @@ __device__ __forceinline__ void wait_h_ready(int route) {
 // W13 is computed and kernel B's loads hit L2 whether or not its CTAs were resident early.
 // One 128 B line per thread: 160 lines of codes, then 40 (4-byte) or 30 (3-byte) of metadata.
 template <bool kMeta3>
-__device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int tile) {
+__device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int tile, int i) {
   constexpr int kLine = 128;
   constexpr int kCodeBytes = kWords2 * 4 / kTiles13;                      // 20480
   constexpr int kMetaBytes = kGroups2 * kHidden * (kMeta3 ? 3 : 4) / kTiles13;  // 5120 or 3840
   constexpr int kCodeLines = kCodeBytes / kLine;
   constexpr int kLines = kCodeLines + (kMetaBytes + kLine - 1) / kLine;
-  const int i = threadIdx.x;
   if (i < kCodeLines) {
     const char* base = reinterpret_cast<const char*>(a.w2 + static_cast<long long>(e) * kWords2);
     prefetch_l2(base + tile * kCodeBytes + i * kLine);
@@ -81,7 +80,10 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 
 // kLoadOnly (tuning runs only): stream the W13 loads as usual but skip the arithmetic (h is then
 // meaningless), which times kernel A's memory traffic alone.
-template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false>
+// kLateW2 (tuning runs, with kernel B's kW2AfterWait): prefetch the W2 share only once the
+// tile's W13 has landed instead of right after issuing it, so that W13 is served first.
+template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
+          bool kLateW2 = false>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
   constexpr int kG = kGroups13 / kWarpsA;
   constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
@@ -122,7 +124,9 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   GroupFrag<kMeta3> ring[kDepth];
 #pragma unroll
   for (int g = 0; g < kDepth; ++g) load_group(ring[g], codes, meta, kMetaGroupBytes, g, lm);
-  if (!kSignal && (a.diag & kDiagNoW2Prefetch) == 0) prefetch_w2_share<kMeta3>(a, e, tile);
+  if (!kSignal && !kLateW2 && (a.diag & kDiagNoW2Prefetch) == 0) {
+    prefetch_w2_share<kMeta3>(a, e, tile, threadIdx.x);
+  }
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
     const int i = lane + 32 * j;
@@ -145,6 +149,11 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
   __syncthreads();
   trace_stamp(slot, 2);  // every warp's dot products done
+  if (kLateW2 && warp != 0) {
+    // All of the tile's W13 is in. Warps 1.. prefetch (warp 0 goes on to SwiGLU); the id is
+    // read again (from cache) rather than kept live through the loop at 64 registers.
+    prefetch_w2_share<kMeta3>(a, __ldcs(&a.ids[route]), tile, static_cast<int>(threadIdx.x) - 32);
+  }
 
   if (warp == 0) {
     swiglu_store<kWarpsA * kParts>(part, hs, h_out, lane);
@@ -153,6 +162,10 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     if (kSignal) signal_h_ready(route, lane);
   }
 }
+
+constexpr int kW2AtStart = 0;
+constexpr int kW2Delayed = 1;
+constexpr int kW2AfterWait = 2;
 
 // Unit B: W2 of all routes for one 32-column output tile, then the router-weighted sum.
 // kWarpsB warps; warp r handles route r. `wait_for_h(r)` runs after the W2 loads are issued and
@@ -168,10 +181,11 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 // form, traced, starts all 80 B CTAs at once but spends 1.8 us after the wait and slows kernel
 // A beside it (commit 2a4857f, docs/evidence/bsmem/); it also needs 100 KB per CTA, which
 // sm_86/sm_89 do not have. Not kept.)
-// kDelayW2 (tuning runs, the staged two-kernel form): hold the W2 loads back a.b_delay_ns after
-// the CTA starts, so that kernel A's W13 is served first and h can be published while W2 still
-// streams.
-template <bool kMeta3, bool kMma884, int kPreDequant = 0, bool kDelayW2 = false,
+// kW2When: when the W2 loads are issued. kW2AtStart, the default; the tuning variants, both
+// meant to have kernel A's W13 served first so that h is published while W2 still streams:
+// kW2Delayed holds them back a.b_delay_ns after the CTA starts, kW2AfterWait issues them after
+// the wait, when kernel A (kLateW2) has prefetched them into L2 as its W13 landed.
+template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart,
           typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
   constexpr int kG = kGroups2;
@@ -191,10 +205,11 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   const bool valid = route_is_valid(e, a.num_experts);
   const LaneMap<kMma884> lm(lane);
   GroupFrag<kMeta3> f[kG];
-  if constexpr (kDelayW2) {
+  if constexpr (kW2When == kW2Delayed) {
     const unsigned long long until = global_ns() + static_cast<unsigned>(a.b_delay_ns);
     while (global_ns() < until) __nanosleep(64);
   }
+  if constexpr (kW2When == kW2AfterWait) wait_for_h(route);
   if (valid) {
     // W2 does not depend on h: stream it in before waiting.
     const uint4* codes = reinterpret_cast<const uint4*>(
@@ -215,7 +230,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     for (int g = 0; g < kPreDequant; ++g) dequant_group<kMeta3>(q[g], f[g]);
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
-  wait_for_h(route);
+  if constexpr (kW2When != kW2AfterWait) wait_for_h(route);
   trace_stamp(slot, 2);  // h may be read
 
   if (valid) {
@@ -270,7 +285,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 // for tuning runs. kMinBlocks 2 (at most 64 registers, no spills) is the sm_90 PDL form's kernel
 // A, beside w2_combine_capped_kernel.
 template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884), bool kLoadOnly = false,
-          int kMinBlocks = QPN_A_MIN_BLOCKS>
+          int kMinBlocks = QPN_A_MIN_BLOCKS, bool kLateW2 = false>
 __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(MoeArgs a) {
   // The previous kernel (the router) writes ids and x: wait for it before reading them.
   pdl_wait_primary();
@@ -280,26 +295,27 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
     if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
     return;
   }
-  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly>(a, blockIdx.x, blockIdx.y);
+  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly, kLateW2>(a, blockIdx.x,
+                                                                      blockIdx.y);
 }
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
-template <bool kMeta3, bool kMma884, int kPreDequant = 0, bool kDelayW2 = false>
+template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart>
 __device__ __forceinline__ void w2_combine_body(const MoeArgs& a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
   }
-  w2_combine_unit<kMeta3, kMma884, kPreDequant, kDelayW2>(a, blockIdx.x, [](int) {
+  w2_combine_unit<kMeta3, kMma884, kPreDequant, kW2When>(a, blockIdx.x, [](int) {
     // The next layer's kernels may be scheduled now; they wait for our completion themselves.
     pdl_launch_dependents();
     pdl_wait_primary();  // kernel A's intermediate is complete and visible after this
   });
 }
 
-template <bool kMeta3, bool kMma884, int kPreDequant = 0>
+template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart>
 __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
-  w2_combine_body<kMeta3, kMma884, kPreDequant>(a);
+  w2_combine_body<kMeta3, kMma884, kPreDequant, kW2When>(a);
 }
 
 // Kernel B of the two-kernel form with PDL on sm_90 (m16n8k16): at most 80 registers, 3 of its 5
@@ -309,16 +325,19 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 // behind kernel A's W13 loads. With all 5 groups dequantized (94 registers) 16 of them waited
 // for kernel A's CTAs to retire (H200, docs/performance.md section 4). Compilers without
 // __maxnreg__ (before CUDA 12.4) get plain launch bounds: correct, only not co-resident.
+// kW2AfterWait (tuning runs, kernel B loading W2 after the wait): nothing to hold before the
+// wait, so 64 registers, beside a kernel A of 80 (4 x 2560 + 3 x 2048 = 16384 per quarter).
 #if defined(__CUDACC_VER_MAJOR__) && \
     (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
-#define QPN_B_CAPPED_BOUNDS __maxnreg__(80)
+#define QPN_B_CAPPED_BOUNDS(regs) __maxnreg__(regs)
 #else
-#define QPN_B_CAPPED_BOUNDS __launch_bounds__(kWarpsB * 32)
+#define QPN_B_CAPPED_BOUNDS(regs) __launch_bounds__(kWarpsB * 32)
 #endif
 constexpr int kCappedPreDequant = 3;
-template <bool kMeta3, bool kDelayW2 = false>
-__global__ void QPN_B_CAPPED_BOUNDS w2_combine_capped_kernel(MoeArgs a) {
-  w2_combine_body<kMeta3, false, kCappedPreDequant, kDelayW2>(a);
+template <bool kMeta3, int kW2When = kW2AtStart>
+__global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
+    w2_combine_capped_kernel(MoeArgs a) {
+  w2_combine_body<kMeta3, false, kW2When == kW2AfterWait ? 0 : kCappedPreDequant, kW2When>(a);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -42,8 +42,8 @@ timeout 200 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --path
   --all-formats --diag derive-only,floor,A-only,A-load-only,A-stream-only,launch-only,no-pdl,two-kernels
 step "the two-kernel form with W2 held back (kernel B's delay, ns)"
 timeout 150 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
-  --diag two-kernels,two-kernels-no-prefetch,staged-500,staged-1000,staged-1250,staged-1500,staged-1750
+  --diag two-kernels,two-kernels-no-prefetch,late-w2,staged-500,staged-1000,staged-1250,staged-1500,staged-1750
 step trace
-timeout 200 python3 scripts/op_trace.py --derive --paths auto,two-kernels,staged-1000 \
+timeout 200 python3 scripts/op_trace.py --derive --paths auto,two-kernels,staged-1000,late-w2 \
   --build-dir /tmp/qt
 step done

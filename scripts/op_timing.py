@@ -41,6 +41,8 @@ DIAG = {
     # the two-kernel form, kernel A not prefetching W2 and kernel B holding its W2 loads back
     # 250 ns x k (sm_90 with PDL): W13 served first, h published while W2 still streams
     **{f"staged-{250 * k}": 256 | 1024 | (k << 18) for k in range(1, 8)},
+    # kernel A prefetches W2 into L2 once its W13 has landed, kernel B loads it after its wait
+    "late-w2": 256 | (1 << 21),
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

@@ -146,7 +146,7 @@ def main() -> None:
     for name in args.paths.split(","):
         path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
-        two_kernel = name == "fused" or name.startswith(("two-kernels", "staged-"))
+        two_kernel = name in ("fused", "late-w2") or name.startswith(("two-kernels", "staged-"))
         form = "two-kernel" if two_kernel else "split"
         report(traced_call(banks, path, args.replays, args.derive), form)
 

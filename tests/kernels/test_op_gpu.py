@@ -30,10 +30,17 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_extension")]
 # fused = one launch (sm_80+); two_kernels = kernels A and B; split = kernels A (with its W2
 # slice) and C, with and without programmatic dependent launch; mma884 = the V100 path.
 PATH_NO_PDL = 16  # a tuning bit of the path argument: plain launches on sm_90 too
+# Tuning bits of the two-kernel form (csrc/awq_moe_m1_cuda.cu): kernel B holding its W2 loads
+# back 1 us (with kernel A's W2 prefetch off), and W2 prefetched late by A and loaded after the
+# wait by B. Their results must be the form's own.
+PATH_STAGED_1000 = 1024 | (4 << 18)
+PATH_LATE_W2 = 1 << 21
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
     "two_kernels_no_pdl": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_NO_PDL,
+    "two_kernels_staged": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_STAGED_1000,
+    "two_kernels_late_w2": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_LATE_W2,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
