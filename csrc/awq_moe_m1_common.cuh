@@ -99,6 +99,30 @@ __device__ __forceinline__ void trace_flush(int) {}
 #endif
 
 // ---------------------------------------------------------------------------------------------
+// The start of a unit A (both forms): its timeline slot, its route's expert and its 16 values of
+// intermediate[route]. An invalid expert's h is zeroed here and the caller returns.
+struct UnitRoute {
+  int slot;
+  int expert;
+  __half* h_out;
+  bool valid;
+};
+
+__device__ __forceinline__ UnitRoute unit_route(const MoeArgs& a, int tile, int route) {
+  const int slot = route * kTiles13 + tile;
+  trace_stamp(slot, 0);
+  const int e = a.ids[route];
+  __half* h_out = a.intermediate + route * kInter + tile * (kTile / 2);
+  const bool valid = route_is_valid(e, a.num_experts);
+  if (!valid) {
+    if (threadIdx.x < kTile / 2) h_out[threadIdx.x] = __float2half_rn(0.0f);
+  } else {
+    trace_stamp(slot, 1);  // ids known
+  }
+  return UnitRoute{slot, e, h_out, valid};
+}
+
+// ---------------------------------------------------------------------------------------------
 // SwiGLU at the end of a unit A (both forms).
 
 // The 16 values of h of a unit A, in lanes 0..15 of the calling warp: the kParts FP32 partials

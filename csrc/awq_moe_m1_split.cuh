@@ -74,15 +74,8 @@ __device__ __forceinline__ void split_unit(const MoeArgs& a, int tile, int route
   const int c0 = warp * kT2;
   uint4 xr = make_uint4(0u, 0u, 0u, 0u);
   if (lane < kXChunks) xr = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + lane);
-  const int slot = route * kTiles13 + tile;
-  trace_stamp(slot, 0);
-  const int e = a.ids[route];
-  __half* h_out = a.intermediate + route * kInter + tile * (kTile / 2);
-  if (!route_is_valid(e, a.num_experts)) {
-    if (threadIdx.x < kTile / 2) h_out[threadIdx.x] = __float2half_rn(0.0f);
-    return;  // kernel C skips the route: its shares are never read
-  }
-  trace_stamp(slot, 1);  // ids known
+  const auto [slot, e, h_out, valid] = unit_route(a, tile, route);
+  if (!valid) return;  // kernel C skips the route: its shares are never read
   float* part_out = a.y_part + (route * kTiles13 + tile) * kHidden + c0 * kTile + lane;
   const LaneMap<false> lm(lane);
   const uint4* codes = reinterpret_cast<const uint4*>(

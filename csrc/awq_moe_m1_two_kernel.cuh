@@ -104,16 +104,11 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     const int i = lane + 32 * j;
     if (i < kXChunks) xr[j] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
   }
-  const int slot = route * kTiles13 + tile;
-  trace_stamp(slot, 0);
-  const int e = a.ids[route];
-  __half* h_out = a.intermediate + route * kInter + tile * (kTile / 2);
-  if (!route_is_valid(e, a.num_experts)) {
-    if (threadIdx.x < kTile / 2) h_out[threadIdx.x] = __float2half_rn(0.0f);
+  const auto [slot, e, h_out, valid] = unit_route(a, tile, route);
+  if (!valid) {
     if (kSignal && warp == 0) signal_h_ready(route, lane);
     return;
   }
-  trace_stamp(slot, 1);  // ids known
   const LaneMap<kMma884> lm(lane);
   const uint4* codes = reinterpret_cast<const uint4*>(
       a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
