@@ -52,10 +52,10 @@ DIAG = {
     "A-load-only": 8192 | 4,
     "A-stream-only": 8192 | 4 | 32768,  # split form: kernel A's loads, then it exits
 }
-# Not an op variant: the benchmark's read floor (read_floor_m1, 4 loads per thread, PDL) in the
-# same back-to-back graph, so kernel A's loads can be compared with it directly.
+# Not op variants, timed in the same graph: the benchmark's read floor (read_floor_m1, 4 loads
+# per thread, PDL), so kernel A's loads compare with it directly, and the derive kernel alone.
 FLOOR = "floor"
-DERIVE_ONLY = -1  # capture_layers' path for a graph of derive kernels alone (diag "derive-only")
+DERIVE_ONLY = "derive-only"
 ROUTE_BYTES = {"4byte": 10 * 768_000, "3byte": 10 * (409_600 + 76_800 + 204_800 + 38_400)}
 
 
@@ -67,11 +67,11 @@ def make_banks(fmt: str, layers: int, experts: int = 512) -> list[ref.Banks]:
 
 
 def capture_layers(
-    banks: list[ref.Banks], path: int | None, derive: bool = False
+    banks: list[ref.Banks], path: int | str, derive: bool = False
 ) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]:
     """A CUDA graph that runs the op once per layer (each with its own banks and random
     inputs), warmed up by 20 replays, and the tensors it reads and writes: keep them alive as
-    long as the graph is replayed. path None: the read floor instead of the op; DERIVE_ONLY:
+    long as the graph is replayed. path FLOOR: the read floor instead of the op; DERIVE_ONLY:
     neither. derive: before each layer, `qpnserve bench op`'s derive kernel writes the layer's
     x, ids and weights from the previous layer's output (as in the benchmark's graph)."""
     dev = "cuda"
@@ -88,11 +88,11 @@ def capture_layers(
                 torch.ops.qpnserve.derive_input_m1(x, ids, w, outs[i - 1], seed, ids_src, w_src)
             if path == DERIVE_ONLY:
                 continue
-            if path is None:
+            if path == FLOOR:
                 torch.ops.qpnserve.read_floor_m1(sink, b.w13, b.s13, b.w2, b.s2, ids, 4, True, 0)
             else:
                 torch.ops.qpnserve.awq_moe_m1_out_path(
-                    out, inter, x, b.w13, b.s13, b.w2, b.s2, ids, w, path
+                    out, inter, x, b.w13, b.s13, b.w2, b.s2, ids, w, int(path)
                 )
 
     side = torch.cuda.Stream()
@@ -110,7 +110,7 @@ def capture_layers(
 
 
 def time_variant(
-    banks: list[ref.Banks], path: int | None, iters: int, derive: bool = False
+    banks: list[ref.Banks], path: int | str, iters: int, derive: bool = False
 ) -> float:
     layers = len(banks)
     graph, _tensors = capture_layers(banks, path, derive)
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--paths", default="auto,mma884")
     parser.add_argument(
-        "--diag", default="", help="comma list of " + ",".join([*DIAG, FLOOR, "derive-only"])
+        "--diag", default="", help="comma list of " + ",".join([*DIAG, FLOOR, DERIVE_ONLY])
     )
     parser.add_argument(
         "--all-formats", action="store_true", help="the --diag variants for 3byte too"
@@ -162,13 +162,7 @@ def main() -> None:
                 if diag == FLOOR and args.experts != 512:
                     print(f"{fmt:7} {path_name:9} {diag:12} {'-':>9} (read_floor_m1 needs E=512)")
                     continue
-                path = (
-                    None
-                    if diag == FLOOR
-                    else DERIVE_ONLY
-                    if diag == "derive-only"
-                    else PATHS[path_name] | DIAG[diag]
-                )
+                path = diag if diag in (FLOOR, DERIVE_ONLY) else PATHS[path_name] | DIAG[diag]
                 us = time_variant(banks, path, args.iters, args.derive)
                 gbs = ROUTE_BYTES[fmt] / (us * 1e-6) / 1e9
                 print(f"{fmt:7} {path_name:9} {diag or '-':12} {us:9.2f} {gbs:7.0f}", flush=True)
