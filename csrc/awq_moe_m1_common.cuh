@@ -26,6 +26,19 @@ constexpr int kMaxDepthA = kGroups13;
 #define QPN_A_MIN_BLOCKS 1
 #endif
 
+// The two-kernel form's polled hand-off of h (sm_90 with PDL, the default there): kernel A
+// publishes each pair of h values with the call's tag in one 64-bit word; kernel B polls the
+// words of h it needs until every one carries the tag, so h reaches it one L2 round trip after
+// the store instead of after kernel A's completion. The tag is epoch + 1; the call's last unit B
+// past its polls stores that as the new epoch. Each 64-bit word is one single-copy-atomic access,
+// so a word with the tag holds this call's values. Module scope like the split form's shares:
+// calls on one device must not run concurrently.
+struct PolledH {
+  unsigned long long words[kRoutes][kInter / 2];  // (tag << 32) | h[2j + 1] << 16 | h[2j]
+  unsigned epoch;                                 // the tag of the last completed call
+  unsigned arrived;                               // units B of this call past their polls
+};
+
 struct MoeArgs {
   __half* out;                 // (1, 2560) fp16, written completely
   __half* intermediate;        // (10, 160) fp16, written completely
@@ -37,6 +50,7 @@ struct MoeArgs {
   const int* ids;              // (1, 10) int32, router order; outside [0, E) = no contribution
   const float* weights;        // (1, 10) fp32 router weights
   float* y_part;               // split form: (10, 10, 2560) FP32 shares of y, g_y_part
+  PolledH* polled;             // two-kernel form, polled hand-off: g_polled_h
   int num_experts;             // E, the banks' leading dimension
   int diag;                    // tuning diagnostics, 0 in normal calls (kDiag* bits)
   int b_delay_ns;              // tuning runs: kernel B holds its W2 loads back this long
@@ -46,6 +60,27 @@ struct MoeArgs {
 constexpr int kDiagLaunchOnly = 1;
 // kDiagNoW2Prefetch: kernel A does not prefetch the routes' W2 into L2 (tuning comparisons).
 constexpr int kDiagNoW2Prefetch = 2;
+
+// Relaxed (gpu scope) accesses for the hand-offs between the CTAs of one call.
+__device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ ulonglong2 load_relaxed_gpu(const unsigned long long* p) {
+  ulonglong2 v;
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
+               : "=l"(v.x), "=l"(v.y)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_relaxed_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void store_relaxed_gpu(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 
 // %globaltimer, ns (tuning delays and trace stamps).
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -149,15 +184,17 @@ __device__ __forceinline__ __half swiglu_h(const float* part, int lane) {
   return h;
 }
 
-// The end of a unit A, on warp 0: h to hs (shared) and h_out.
+// The end of a unit A, on warp 0: h to hs (shared) and h_out; returns the lane's h (lanes 0..15).
 template <int kParts, bool kRolled = false>
-__device__ __forceinline__ void swiglu_store(const float* part, __half* hs, __half* h_out, int lane) {
+__device__ __forceinline__ __half swiglu_store(const float* part, __half* hs, __half* h_out,
+                                               int lane) {
   const __half h = swiglu_h<kParts, kRolled>(part, lane);
   if (lane < kTile / 2) hs[lane] = h;
   __syncwarp();
   trace_stamp(0, 9);
   // 16 values = 32 B: two 16 B stores.
   if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
+  return h;
 }
 
 }  // namespace qpn

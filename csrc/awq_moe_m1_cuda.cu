@@ -62,10 +62,14 @@ constexpr int64_t kDiagBDelayMask = int64_t{7} << kDiagBDelayShift;
 // two-kernel form (sm_90, PDL): kernel A prefetches W2 once its W13 has landed, kernel B loads
 // W2 after its wait
 constexpr int64_t kDiagLateW2 = int64_t{1} << 21;
+// two-kernel form (sm_90, PDL): the polled hand-off of h (kernel A publishes h with the call's
+// tag, kernel B polls it instead of waiting for kernel A's completion; A does not prefetch W2)
+constexpr int64_t kDiagPolled = int64_t{1} << 22;
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
-                              kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2;
+                              kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
+                              kDiagPolled;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
 // x E=512, 4-byte, commit 2f89565): two kernels 6.94 us/layer, fused 9.30 (its counter
 // hand-off costs more than the kernel boundary it removes: 3.14 against 1.90 us with every id
@@ -90,21 +94,25 @@ bool fused_fits(int device) {
   return cache[device] == 2;
 }
 
-// The device address of the split form's shares buffer (a __device__ array of this module),
-// looked up once per device; the kernels take it as an argument (awq_moe_m1_split.cuh says
-// why). Needs the device guard of the caller.
-float* y_part_address(int device) {
+// The device address of a __device__ object of this module (the split form's shares, the
+// polled hand-off's words), looked up once per device and object; the kernels take it as an
+// argument (awq_moe_m1_split.cuh says why). Needs the device guard of the caller.
+using AddressCache = std::array<void*, 64>;
+void* symbol_address(const void* symbol, AddressCache& cache, int device) {
   static std::mutex mu;
-  static std::array<float*, 64> cache{};
   std::lock_guard<std::mutex> lock(mu);
   TORCH_CHECK(device >= 0 && device < static_cast<int>(cache.size()),
               "awq_moe_m1_out: device index out of range");
-  if (cache[device] == nullptr) {
-    void* p = nullptr;
-    C10_CUDA_CHECK(cudaGetSymbolAddress(&p, qpn::g_y_part));
-    cache[device] = static_cast<float*>(p);
-  }
+  if (cache[device] == nullptr) C10_CUDA_CHECK(cudaGetSymbolAddress(&cache[device], symbol));
   return cache[device];
+}
+float* y_part_address(int device) {
+  static AddressCache cache{};
+  return static_cast<float*>(symbol_address(&qpn::g_y_part, cache, device));
+}
+qpn::PolledH* polled_address(int device) {
+  static AddressCache cache{};
+  return static_cast<qpn::PolledH*>(symbol_address(&qpn::g_polled_h, cache, device));
 }
 
 // The split form: kernel A (W13, SwiGLU and the matching 16 rows of W2) then kernel C (the
@@ -139,7 +147,7 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
     // PATH_AUTO takes the split form where kernel C can be a programmatic dependent (sm_90).
     const bool want_split =
         (diag & kForceSplit) != 0 ||
-        ((diag & (kTwoKernels | kForceFused)) == 0 && cc_major >= 9 &&
+        ((diag & (kTwoKernels | kForceFused | kDiagPolled)) == 0 && cc_major >= 9 &&
          binary_has_pdl(qpn::combine_split_kernel, device));
     if (want_split) {
       launch_split<kMeta3>(args, stream, device, cc_major, diag);
@@ -161,6 +169,7 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
   const bool use_pdl =
       cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
       binary_has_pdl(qpn::w2_combine_kernel<kMeta3, kUse884, qpn::kGroups2>, device);
+  qpn::MoeArgs a = args;
   auto* kernel_a = qpn::w13_swiglu_kernel<kMeta3, kUse884>;
   auto* kernel_b = use_pdl ? qpn::w2_combine_kernel<kMeta3, kUse884, qpn::kGroups2>
                            : qpn::w2_combine_kernel<kMeta3, kUse884, 0>;
@@ -185,13 +194,23 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
     if (diag & kDiagLoadOnlyA) kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, true>;
   }
   if (diag & kDiagBDequantLate) kernel_b = qpn::w2_combine_kernel<kMeta3, kUse884, 0>;
+  if constexpr (!kUse884) {
+    // The polled hand-off replaces both kernels (the other variant bits do not apply): kernel B
+    // polls what kernel A publishes, so both must run.
+    if (use_pdl && (diag & kDiagPolled) != 0 && (diag & kDiagSkipA) == 0) {
+      kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, true>;
+      kernel_b = qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, true>;
+      warps_a = 16;
+      a.polled = polled_address(device);
+      a.diag |= qpn::kDiagNoW2Prefetch;
+    }
+  }
   if ((diag & kDiagSkipA) == 0) {
     qpn_launch::launch(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(warps_a * 32), use_pdl,
-                       stream, args);
+                       stream, a);
   }
   if ((diag & kDiagSkipB) == 0) {
-    qpn_launch::launch(kernel_b, dim3(qpn::kTiles2), dim3(qpn::kWarpsB * 32), use_pdl, stream,
-                       args);
+    qpn_launch::launch(kernel_b, dim3(qpn::kTiles2), dim3(qpn::kWarpsB * 32), use_pdl, stream, a);
   }
 }
 

@@ -20,11 +20,6 @@ struct FusedSync {
 };
 __device__ FusedSync g_fused_sync;
 
-__device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ void fence_acq_rel_gpu() {
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
@@ -46,6 +41,63 @@ __device__ __forceinline__ void wait_h_ready(int route) {
     if (++polls > (1u << 24)) __trap();
   }
   fence_acq_rel_gpu();
+}
+
+// The polled hand-off (PolledH, awq_moe_m1_common.cuh): its one instance; the kernels take its
+// address from MoeArgs::polled (awq_moe_m1_split.cuh says why).
+__device__ PolledH g_polled_h;
+
+// Warp 0 of unit A (tile, route), lanes 0..15 holding h[16 tile + lane]: the even lanes publish
+// the pairs, each with the tag, in one 64-bit store.
+__device__ __forceinline__ void publish_h(PolledH* p, int route, int tile, __half h, unsigned tag,
+                                          int lane) {
+  const unsigned mine = __half_as_ushort(h);
+  const unsigned next = __shfl_down_sync(0xffffffffu, mine, 1);
+  if (lane < kTile / 2 && (lane & 1) == 0) {
+    const unsigned long long word =
+        (static_cast<unsigned long long>(tag) << 32) | (next << 16) | mine;
+    store_relaxed_gpu(&p->words[route][tile * (kTile / 4) + lane / 2], word);
+  }
+}
+
+// Warp `route` of unit B: poll the route's 80 words until each carries the tag, then put the 160
+// values of h into hs (shared, in order). Lane l reads words 2l, 2l + 1 and (l < 8) 64 + 2l,
+// 65 + 2l. A tag that never arrives means concurrent calls on one device or a broken launch:
+// trap after 2^22 polls (about a second) instead of hanging the server.
+__device__ __forceinline__ void poll_h(const PolledH* p, int route, unsigned tag, unsigned* hs,
+                                       int lane) {
+  constexpr int kWords = kInter / 2;
+  constexpr int kTail = (kWords - 64) / 2;  // lanes that read a second pair
+  static_assert(kWords > 64 && kWords <= 128 && kWords % 2 == 0, "two pairs per lane at most");
+  const unsigned long long* w = p->words[route];
+  const unsigned long long fresh = static_cast<unsigned long long>(tag) << 32;
+  ulonglong2 v0, v1 = make_ulonglong2(fresh, fresh);
+  unsigned polls = 0;
+  for (;;) {
+    v0 = load_relaxed_gpu(w + 2 * lane);
+    if (lane < kTail) v1 = load_relaxed_gpu(w + 64 + 2 * lane);
+    const bool ok = (v0.x >> 32) == tag && (v0.y >> 32) == tag && (v1.x >> 32) == tag &&
+                    (v1.y >> 32) == tag;
+    if (__all_sync(0xffffffffu, ok)) break;
+    if (++polls > (1u << 22)) __trap();
+  }
+  hs[2 * lane] = static_cast<unsigned>(v0.x);
+  hs[2 * lane + 1] = static_cast<unsigned>(v0.y);
+  if (lane < kTail) {
+    hs[64 + 2 * lane] = static_cast<unsigned>(v1.x);
+    hs[65 + 2 * lane] = static_cast<unsigned>(v1.y);
+  }
+  __syncwarp();
+}
+
+// One thread of each unit B, after all its warps have polled: count the unit in; the call's last
+// one resets the count and makes the tag the epoch (every unit A read the epoch before it
+// published, every unit B before it polled, so none of this call reads the new one).
+__device__ __forceinline__ void arrive_h_consumed(PolledH* p, unsigned tag) {
+  if (atomicAdd(&p->arrived, 1u) == static_cast<unsigned>(kTiles2) - 1u) {
+    p->arrived = 0u;
+    store_relaxed_gpu(&p->epoch, tag);
+  }
 }
 
 // Kernel A's CTA (tile, route) prefetches tile/10 of the route's W2 (codes and metadata, each
@@ -82,8 +134,9 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 // meaningless), which times kernel A's memory traffic alone.
 // kLateW2 (tuning runs, with kernel B's kW2AfterWait): prefetch the W2 share only once the
 // tile's W13 has landed instead of right after issuing it, so that W13 is served first.
+// kPublish: also publish h with the call's tag (the polled hand-off, PolledH).
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
-          bool kLateW2 = false>
+          bool kLateW2 = false, bool kPublish = false>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
   constexpr int kG = kGroups13 / kWarpsA;
   constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
@@ -94,6 +147,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   __shared__ float part[kWarpsA * kParts * kTile];
   __shared__ uint4 xs[kWarpsA][kXChunks];
   __shared__ __align__(16) __half hs[kTile / 2];
+  __shared__ unsigned tag_s;
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -107,8 +161,15 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   const auto [slot, e, h_out, valid] = unit_route(a, tile, route);
   if (!valid) {
     if (kSignal && warp == 0) signal_h_ready(route, lane);
+    if (kPublish && warp == 0) {
+      publish_h(a.polled, route, tile, __float2half_rn(0.0f), load_relaxed_gpu(&a.polled->epoch) + 1u,
+                lane);
+    }
     return;
   }
+  // The tag is needed only at the end: its load is issued here and consumed (thread 0 stores it
+  // to shared memory) after the weight loads are issued.
+  const unsigned epoch = kPublish && threadIdx.x == 0 ? load_relaxed_gpu(&a.polled->epoch) : 0u;
   const LaneMap<kMma884> lm(lane);
   const uint4* codes = reinterpret_cast<const uint4*>(
       a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
@@ -122,6 +183,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   if (!kSignal && !kLateW2 && (a.diag & kDiagNoW2Prefetch) == 0) {
     prefetch_w2_share<kMeta3>(a, e, tile, threadIdx.x);
   }
+  if (kPublish && threadIdx.x == 0) tag_s = epoch + 1u;
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
     const int i = lane + 32 * j;
@@ -151,7 +213,8 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   }
 
   if (warp == 0) {
-    swiglu_store<kWarpsA * kParts>(part, hs, h_out, lane);
+    const __half h = swiglu_store<kWarpsA * kParts>(part, hs, h_out, lane);
+    if (kPublish) publish_h(a.polled, route, tile, h, tag_s, lane);
     trace_stamp(slot, 3);  // h stored
     trace_flush(slot);
     if (kSignal) signal_h_ready(route, lane);
@@ -180,9 +243,14 @@ constexpr int kW2AfterWait = 2;
 // meant to have kernel A's W13 served first so that h is published while W2 still streams:
 // kW2Delayed holds them back a.b_delay_ns after the CTA starts, kW2AfterWait issues them after
 // the wait, when kernel A (kLateW2) has prefetched them into L2 as its W13 landed.
+// kPolled: instead of `wait_for_h`, each warp polls its route's published h (PolledH), every
+// route whether valid or not (so that the call's last unit B arrives after every unit A has
+// published); then the unit counts itself in and, at its very end, waits for kernel A's
+// completion (immediate by then) so that what follows kernel B also follows kernel A.
 template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart,
-          typename WaitForH>
+          bool kPolled = false, typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
+  static_assert(!kPolled || kW2When != kW2AfterWait, "the polled hand-off has no wait");
   constexpr int kG = kGroups2;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
@@ -190,6 +258,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   __shared__ float ys[kRoutes * kTile];
   __shared__ float wts[kRoutes];
   __shared__ int valid_s[kRoutes];
+  __shared__ __align__(16) unsigned hsm[kPolled ? kRoutes : 1][kInter / 2];
 
   const int route = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -197,6 +266,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   trace_stamp(slot, 0);
   const int e = a.ids[route];
   const float weight = a.weights[route];  // read now: the combine at the end then waits for nothing
+  const unsigned tag = kPolled ? load_relaxed_gpu(&a.polled->epoch) + 1u : 0u;
   const bool valid = route_is_valid(e, a.num_experts);
   const LaneMap<kMma884> lm(lane);
   GroupFrag<kMeta3> f[kG];
@@ -225,7 +295,11 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     for (int g = 0; g < kPreDequant; ++g) dequant_group<kMeta3>(q[g], f[g]);
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
-  if constexpr (kW2When != kW2AfterWait) wait_for_h(route);
+  if constexpr (kPolled) {
+    poll_h(a.polled, route, tag, hsm[route], lane);
+  } else if constexpr (kW2When != kW2AfterWait) {
+    wait_for_h(route);
+  }
   trace_stamp(slot, 2);  // h may be read
 
   if (valid) {
@@ -234,7 +308,10 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     const uint4* h4 = reinterpret_cast<const uint4*>(a.intermediate + route * kInter);
     uint4 hv[kG];
 #pragma unroll
-    for (int g = 0; g < kG; ++g) hv[g] = __ldcg(h4 + 4 * g + lm.kq);
+    for (int g = 0; g < kG; ++g) {
+      hv[g] = kPolled ? reinterpret_cast<const uint4*>(hsm[kPolled ? route : 0])[4 * g + lm.kq]
+                      : __ldcg(h4 + 4 * g + lm.kq);
+    }
     WarpAcc<kMma884> acc;
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
@@ -254,9 +331,11 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     } else {
       y += lane_column(acc, lane);  // one part, already in the lane of its column
     }
+    trace_stamp_after(slot, 4, y);  // route 0's y summed
     ys[route * kTile + lane] = __half2float(__float2half_rn(y));
   }
   __syncthreads();
+  if (kPolled && threadIdx.x == 32) arrive_h_consumed(a.polled, tag);
 
   if (threadIdx.x < kTile) {
     const int c = threadIdx.x;
@@ -270,6 +349,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   }
   trace_stamp(slot, 3);  // out stored
   trace_flush(slot);
+  if constexpr (kPolled) pdl_wait_primary();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -280,7 +360,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 // for tuning runs. kMinBlocks 2 (at most 64 registers, no spills) is the sm_90 PDL form's kernel
 // A, beside w2_combine_capped_kernel.
 template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884), bool kLoadOnly = false,
-          int kMinBlocks = QPN_A_MIN_BLOCKS, bool kLateW2 = false>
+          int kMinBlocks = QPN_A_MIN_BLOCKS, bool kLateW2 = false, bool kPublish = false>
 __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(MoeArgs a) {
   // The previous kernel (the router) writes ids and x: wait for it before reading them.
   pdl_wait_primary();
@@ -290,18 +370,21 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
     if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
     return;
   }
-  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly, kLateW2>(a, blockIdx.x,
-                                                                      blockIdx.y);
+  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly, kLateW2, kPublish>(a, blockIdx.x,
+                                                                                blockIdx.y);
 }
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
-template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart>
+template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart,
+          bool kPolled = false>
 __device__ __forceinline__ void w2_combine_body(const MoeArgs& a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
   }
-  w2_combine_unit<kMeta3, kMma884, kPreDequant, kW2When>(a, blockIdx.x, [](int) {
+  // Polled: nothing to wait for but h itself (the unit waits for kernel A's completion last).
+  if (kPolled) pdl_launch_dependents();
+  w2_combine_unit<kMeta3, kMma884, kPreDequant, kW2When, kPolled>(a, blockIdx.x, [](int) {
     // The next layer's kernels may be scheduled now; they wait for our completion themselves.
     pdl_launch_dependents();
     pdl_wait_primary();  // kernel A's intermediate is complete and visible after this
@@ -322,6 +405,7 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 // __maxnreg__ (before CUDA 12.4) get plain launch bounds: correct, only not co-resident.
 // kW2AfterWait (tuning runs, kernel B loading W2 after the wait): nothing to hold before the
 // wait, so 64 registers, beside a kernel A of 80 (4 x 2560 + 3 x 2048 = 16384 per quarter).
+// kPolled: the polled hand-off of h (PolledH), with kernel A publishing (kPublish).
 #if defined(__CUDACC_VER_MAJOR__) && \
     (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
 #define QPN_B_CAPPED_BOUNDS(regs) __maxnreg__(regs)
@@ -329,10 +413,11 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 #define QPN_B_CAPPED_BOUNDS(regs) __launch_bounds__(kWarpsB * 32)
 #endif
 constexpr int kCappedPreDequant = 3;
-template <bool kMeta3, int kW2When = kW2AtStart>
+template <bool kMeta3, int kW2When = kW2AtStart, bool kPolled = false>
 __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
     w2_combine_capped_kernel(MoeArgs a) {
-  w2_combine_body<kMeta3, false, kW2When == kW2AfterWait ? 0 : kCappedPreDequant, kW2When>(a);
+  w2_combine_body<kMeta3, false, kW2When == kW2AfterWait ? 0 : kCappedPreDequant, kW2When,
+                  kPolled>(a);
 }
 
 // ---------------------------------------------------------------------------------------------

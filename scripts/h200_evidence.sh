@@ -27,11 +27,13 @@ for t in tests/kernels tests/dispatch tests/bench_op; do
   grep -E "FAILED|Fatal|passed|failed" "$OUT/$(basename "$t").log" | tail -5
 done
 for fmt in 4byte 3byte; do
-  step "bench op $fmt"
-  timeout 120 python3 -m qpnserve bench op --format "$fmt" --layers 32 --iters 40 --rounds 2 \
-    --json >"$OUT/bench_op_$fmt.json"; echo "rc=$?"
+  for form in auto polled; do
+    step "bench op $fmt --op-path $form"
+    timeout 120 python3 -m qpnserve bench op --format "$fmt" --op-path "$form" --layers 32 \
+      --iters 40 --rounds 2 --json >"$OUT/bench_op_${fmt}_$form.json"; echo "rc=$?"
+  done
 done
-step "bench op two-kernels (the previous default form, 4byte)"
+step "bench op two-kernels (kernel B waiting for kernel A's completion, 4byte)"
 timeout 90 python3 -m qpnserve bench op --op-path two-kernels --layers 32 --iters 40 --rounds 1 \
   --json >"$OUT/bench_op_two_kernels.json"; echo "rc=$?"
 step "bench op mma884 (the V100 path, correctness on this GPU)"
@@ -39,11 +41,8 @@ timeout 60 python3 -m qpnserve bench op --op-path mma884 --layers 8 --iters 20 -
   --json >"$OUT/bench_op_mma884.json"; echo "rc=$?"
 step "sweep (graph shaped like bench op's: the derive kernel before every layer)"
 timeout 200 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
-  --all-formats --diag derive-only,floor,A-only,A-load-only,A-stream-only,launch-only,no-pdl,two-kernels
-step "the two-kernel form with W2 held back (kernel B's delay, ns)"
-timeout 150 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
-  --diag two-kernels,two-kernels-no-prefetch,late-w2,staged-500,staged-1000,staged-1250,staged-1500,staged-1750
+  --all-formats --diag derive-only,floor,A-stream-only,launch-only,two-kernels,two-kernels-no-prefetch,staged-500,polled
 step trace
-timeout 200 python3 scripts/op_trace.py --derive --paths auto,two-kernels,staged-1000,late-w2 \
+timeout 200 python3 scripts/op_trace.py --derive --paths auto,two-kernels-no-prefetch,polled \
   --build-dir /tmp/qt
 step done

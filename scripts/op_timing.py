@@ -43,6 +43,9 @@ DIAG = {
     **{f"staged-{250 * k}": 256 | 1024 | (k << 18) for k in range(1, 8)},
     # kernel A prefetches W2 into L2 once its W13 has landed, kernel B loads it after its wait
     "late-w2": 256 | (1 << 21),
+    # kernel B polls h as kernel A publishes it (tagged words) instead of waiting for A's
+    # completion; A does not prefetch W2
+    "polled": 1 << 22,
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

@@ -27,11 +27,12 @@ from qpnserve.resources import resource_dir
 
 UNITS_A, UNITS_B, STAMPS = 100, 80, 16
 # The stamps each form writes (csrc/awq_moe_m1_common.cuh, trace_stamp), by index, and the
-# index of a unit A's last stamp.
+# indices of a unit A's last stamp and of a unit B's "out stored".
 POINTS = {
     "two-kernel": (
         ("start", "ids known", "dots done", "h stored"),
-        ("start", "ready to wait", "wait over", "out stored"),
+        ("start", "ready to wait", "wait over (polled: h in)", "out stored", "route 0's y summed"),
+        3,
         3,
     ),
     "split": (
@@ -55,6 +56,7 @@ POINTS = {
         ),
         ("start", "ready to wait", "wait over", "route 0 summed", "out stored"),
         6,
+        4,
     ),
 }
 
@@ -98,7 +100,7 @@ def spread(values: list[int]) -> str:
 
 
 def report(stamps: torch.Tensor, form: str) -> None:
-    a_points, b_points, a_last = POINTS[form]
+    a_points, b_points, a_last, b_end = POINTS[form]
     t0 = int(stamps[:UNITS_A, 0].min())
     written = (stamps != 0).tolist()  # a point a variant does not stamp stays 0
     a = (stamps[:UNITS_A] - t0).tolist()
@@ -111,7 +113,6 @@ def report(stamps: torch.Tensor, form: str) -> None:
         values = [row[k] for i, row in enumerate(b) if written[UNITS_A + i][k]]
         print(f"  unit B {name:37} {spread(values)}")
     a_h = max(row[a_last] for row in a)
-    b_end = len(b_points) - 1
     b_wait = [row[2] for row in b]
     print(
         f"  last h stored -> first / last unit B past its wait: "
@@ -146,7 +147,9 @@ def main() -> None:
     for name in args.paths.split(","):
         path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
-        two_kernel = name in ("fused", "late-w2") or name.startswith(("two-kernels", "staged-"))
+        two_kernel = name in ("fused", "late-w2", "polled") or name.startswith(
+            ("two-kernels", "staged-")
+        )
         form = "two-kernel" if two_kernel else "split"
         report(traced_call(banks, path, args.replays, args.derive), form)
 

@@ -137,6 +137,7 @@ OP_PATHS = {
     "fused": 1 | 512,
     "two-kernels": 1 | 256,
     "split": 1 | 4096,
+    "polled": 1 | (1 << 22),
 }
 
 
@@ -146,7 +147,8 @@ def cuda_ops(
     """Load the extension (op, floor, derive) and wire the real measurements.
 
     op_path pins the op's path: "mma884" runs the V100 path on a newer GPU; "fused",
-    "two-kernels" and "split" pin the launch form on sm_80+ (OP_PATHS).
+    "two-kernels", "split" and "polled" (the two-kernel form's polled hand-off, sm_90) pin the
+    launch form on sm_80+ (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

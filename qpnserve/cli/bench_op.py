@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from qpnserve.benchop.route_bytes import MetaFormat
 
 # The keys of qpnserve.benchop.cuda.OP_PATHS, kept here so that option checks import no torch.
-OP_PATH_NAMES = ("auto", "mma16816", "mma884", "fused", "two-kernels", "split")
+OP_PATH_NAMES = ("auto", "mma16816", "mma884", "fused", "two-kernels", "split", "polled")
 
 
 @bench_app.command("op")
@@ -43,8 +43,9 @@ def bench_op(
     op_path: str = typer.Option(
         "auto",
         "--op-path",
-        help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels or"
-        " split (the launch form on sm_80+; auto takes split on sm_90).",
+        help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
+        " split or polled (the launch form on sm_80+; auto takes split on sm_90; polled is the"
+        " two-kernel form with kernel B polling h, sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

@@ -27,6 +27,9 @@ PATH_MMA884 = 2  # the V100 path; also runs on newer GPUs, so it can be tested t
 PATH_TWO_KERNELS = 256
 PATH_FUSED = 512
 PATH_SPLIT = 4096
+# The two-kernel form with the polled hand-off of h (sm_90 with PDL; elsewhere the plain
+# two-kernel form).
+PATH_POLLED = 1 << 22
 
 _fake_lock = threading.Lock()
 _fake_registered = False

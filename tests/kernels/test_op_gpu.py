@@ -41,6 +41,7 @@ PATHS = {
     "two_kernels_no_pdl": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_NO_PDL,
     "two_kernels_staged": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_STAGED_1000,
     "two_kernels_late_w2": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_LATE_W2,
+    "two_kernels_polled": ops.PATH_MMA16816 | ops.PATH_POLLED,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -149,6 +150,28 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
         torch.cuda.synchronize()
         assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16))
         assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
+
+
+def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
+    banks: ref.Banks,
+) -> None:
+    # Calls on one stream without a host sync between them, each on other inputs (one with every
+    # id invalid): kernel B of a call must take that call's h, never the previous call's. The
+    # two-kernel form's waiting kernel B does the same arithmetic, so the results are bit-equal.
+    calls = []
+    for seed in range(30, 38):
+        x, ids, weights = _cuda(
+            *(mixed_routes(seed) if seed % 2 else ref.random_inputs(seed, EXPERTS))
+        )
+        if seed == 33:
+            ids.fill_(-1)
+        calls.append((x, ids, weights))
+    polled = [run_op(banks, *call, path=PATHS["two_kernels_polled"]) for call in calls]
+    waited = [run_op(banks, *call, path=PATHS["two_kernels"]) for call in calls]
+    torch.cuda.synchronize()
+    for (p_out, p_inter), (w_out, w_inter) in zip(polled, waited, strict=True):
+        assert torch.equal(p_out.view(torch.int16), w_out.view(torch.int16))
+        assert torch.equal(p_inter.view(torch.int16), w_inter.view(torch.int16))
 
 
 def test_gpu_three_runs_are_bit_identical(banks: ref.Banks, path: int) -> None:
