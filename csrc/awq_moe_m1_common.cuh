@@ -184,17 +184,18 @@ __device__ __forceinline__ __half swiglu_h(const float* part, int lane) {
   return h;
 }
 
-// The end of a unit A, on warp 0: h to hs (shared) and h_out; returns the lane's h (lanes 0..15).
-template <int kParts, bool kRolled = false>
-__device__ __forceinline__ __half swiglu_store(const float* part, __half* hs, __half* h_out,
-                                               int lane) {
-  const __half h = swiglu_h<kParts, kRolled>(part, lane);
+// The end of a unit A, on warp 0: lanes 0..15's h to hs (shared) and h_out.
+__device__ __forceinline__ void store_h(__half h, __half* hs, __half* h_out, int lane) {
   if (lane < kTile / 2) hs[lane] = h;
   __syncwarp();
   trace_stamp(0, 9);
   // 16 values = 32 B: two 16 B stores.
   if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
-  return h;
+}
+
+template <int kParts, bool kRolled = false>
+__device__ __forceinline__ void swiglu_store(const float* part, __half* hs, __half* h_out, int lane) {
+  store_h(swiglu_h<kParts, kRolled>(part, lane), hs, h_out, lane);
 }
 
 }  // namespace qpn

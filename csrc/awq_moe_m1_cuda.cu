@@ -65,15 +65,25 @@ constexpr int64_t kDiagLateW2 = int64_t{1} << 21;
 // two-kernel form (sm_90, PDL): the polled hand-off of h (kernel A publishes h with the call's
 // tag, kernel B polls it instead of waiting for kernel A's completion; A does not prefetch W2)
 constexpr int64_t kDiagPolled = int64_t{1} << 22;
+// with the polled hand-off: kernel B does not wait for kernel A's completion at its end (tuning
+// runs only: it measures what that wait costs)
+constexpr int64_t kDiagNoEndWait = int64_t{1} << 23;
+// The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
+// tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
+constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
+                                     kDiagLoadOnlyA | kDiagBDequantLate | kDiagBDelayMask |
+                                     kDiagLateW2;
 constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunchOnly |
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled;
-// Which form PATH_AUTO takes on sm_80+, by the H200 measurements (scripts/op_timing.py, 8 layers
-// x E=512, 4-byte, commit 2f89565): two kernels 6.94 us/layer, fused 9.30 (its counter
-// hand-off costs more than the kernel boundary it removes: 3.14 against 1.90 us with every id
-// invalid). The fused form stays available (PATH_FUSED).
+                              kDiagPolled | kDiagNoEndWait;
+// Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
+// with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
+// 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
+// A's completion); the fused form (scripts/op_timing.py, 8 layers, commit 2f89565) 9.30 against
+// 6.94 for two kernels: its counter hand-off costs more than the kernel boundary it removes.
+// The fused and split forms stay available (PATH_FUSED, PATH_SPLIT).
 constexpr bool kPreferFused = false;
 
 // Whether all kFusedCtas CTAs of the fused kernel can be resident at once on this device (then
@@ -144,11 +154,8 @@ template <bool kMeta3, bool kUse884>
 void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_major,
             int64_t diag) {
   if constexpr (!kUse884) {
-    // PATH_AUTO takes the split form where kernel C can be a programmatic dependent (sm_90).
-    const bool want_split =
-        (diag & kForceSplit) != 0 ||
-        ((diag & (kTwoKernels | kForceFused | kDiagPolled)) == 0 && cc_major >= 9 &&
-         binary_has_pdl(qpn::combine_split_kernel, device));
+    // The split form only where pinned (PATH_SPLIT): the polled two-kernel form is faster.
+    const bool want_split = (diag & kForceSplit) != 0;
     if (want_split) {
       launch_split<kMeta3>(args, stream, device, cc_major, diag);
       return;
@@ -163,9 +170,10 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
     return;
   }
   // Both kernels are launched as programmatic dependents on sm_90: A waits for its
-  // predecessor (griddepcontrol.wait) before reading ids and x, B before reading h. With PDL,
-  // B loads and dequantizes its W2 while it waits; on sm_90 (m16n8k16) A at 64 registers and B
-  // capped at 80 so that every B CTA is resident beside A from the start (two_kernel.cuh).
+  // predecessor (griddepcontrol.wait) before reading ids and x; B polls h as A publishes it (or,
+  // pinned, waits for A's completion before reading h). With PDL, B loads and dequantizes its W2
+  // meanwhile; on sm_90 (m16n8k16) A at 64 registers and B capped at 80 so that every B CTA is
+  // resident beside A from the start (two_kernel.cuh).
   const bool use_pdl =
       cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
       binary_has_pdl(qpn::w2_combine_kernel<kMeta3, kUse884, qpn::kGroups2>, device);
@@ -195,11 +203,14 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
   }
   if (diag & kDiagBDequantLate) kernel_b = qpn::w2_combine_kernel<kMeta3, kUse884, 0>;
   if constexpr (!kUse884) {
-    // The polled hand-off replaces both kernels (the other variant bits do not apply): kernel B
-    // polls what kernel A publishes, so both must run.
-    if (use_pdl && (diag & kDiagPolled) != 0 && (diag & kDiagSkipA) == 0) {
+    // The polled hand-off (the default with PDL; pinned by kDiagPolled over the waiting form's
+    // bits): kernel B polls what kernel A publishes, so both must run (never with kDiagSkipA).
+    const bool polled = (diag & kDiagPolled) != 0 || (diag & kWaitingFormBits) == 0;
+    if (use_pdl && polled && (diag & kDiagSkipA) == 0) {
       kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, true>;
-      kernel_b = qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, true>;
+      kernel_b = (diag & kDiagNoEndWait) != 0
+                     ? qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledNoEndWait>
+                     : qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledThenWait>;
       warps_a = 16;
       a.polled = polled_address(device);
       a.diag |= qpn::kDiagNoW2Prefetch;

@@ -162,8 +162,8 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   if (!valid) {
     if (kSignal && warp == 0) signal_h_ready(route, lane);
     if (kPublish && warp == 0) {
-      publish_h(a.polled, route, tile, __float2half_rn(0.0f), load_relaxed_gpu(&a.polled->epoch) + 1u,
-                lane);
+      const unsigned tag = load_relaxed_gpu(&a.polled->epoch) + 1u;
+      publish_h(a.polled, route, tile, __float2half_rn(0.0f), tag, lane);
     }
     return;
   }
@@ -213,13 +213,23 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   }
 
   if (warp == 0) {
-    const __half h = swiglu_store<kWarpsA * kParts>(part, hs, h_out, lane);
-    if (kPublish) publish_h(a.polled, route, tile, h, tag_s, lane);
+    const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
+    if (kPublish) publish_h(a.polled, route, tile, h, tag_s, lane);  // kernel B waits for this
+    store_h(h, hs, h_out, lane);
     trace_stamp(slot, 3);  // h stored
     trace_flush(slot);
     if (kSignal) signal_h_ready(route, lane);
   }
 }
+
+// How unit B gets h: kWaited, after `wait_for_h` (kernel A's completion, or the fused form's
+// counter), read from intermediate; kPolledThenWait, polled as kernel A publishes it (PolledH),
+// then at the unit's end a wait for kernel A's completion (immediate by then) so that what
+// follows kernel B also follows kernel A; kPolledNoEndWait, the same without that wait (tuning
+// runs only, to measure it).
+constexpr int kWaited = 0;
+constexpr int kPolledThenWait = 1;
+constexpr int kPolledNoEndWait = 2;
 
 constexpr int kW2AtStart = 0;
 constexpr int kW2Delayed = 1;
@@ -243,14 +253,14 @@ constexpr int kW2AfterWait = 2;
 // meant to have kernel A's W13 served first so that h is published while W2 still streams:
 // kW2Delayed holds them back a.b_delay_ns after the CTA starts, kW2AfterWait issues them after
 // the wait, when kernel A (kLateW2) has prefetched them into L2 as its W13 landed.
-// kPolled: instead of `wait_for_h`, each warp polls its route's published h (PolledH), every
-// route whether valid or not (so that the call's last unit B arrives after every unit A has
-// published); then the unit counts itself in and, at its very end, waits for kernel A's
-// completion (immediate by then) so that what follows kernel B also follows kernel A.
+// kHandOff (polled): instead of `wait_for_h`, each warp polls its route's published h (PolledH),
+// every route whether valid or not (so that the call's last unit B arrives after every unit A
+// has published); then the unit counts itself in and, with kPolledThenWait, waits for kernel
+// A's completion at its very end.
 template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart,
-          bool kPolled = false, typename WaitForH>
+          int kHandOff = kWaited, typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
-  static_assert(!kPolled || kW2When != kW2AfterWait, "the polled hand-off has no wait");
+  static_assert(kHandOff == kWaited || kW2When != kW2AfterWait, "the polled hand-off has no wait");
   constexpr int kG = kGroups2;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
@@ -258,7 +268,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   __shared__ float ys[kRoutes * kTile];
   __shared__ float wts[kRoutes];
   __shared__ int valid_s[kRoutes];
-  __shared__ __align__(16) unsigned hsm[kPolled ? kRoutes : 1][kInter / 2];
+  __shared__ __align__(16) unsigned hsm[kHandOff != kWaited ? kRoutes : 1][kInter / 2];
 
   const int route = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -266,7 +276,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   trace_stamp(slot, 0);
   const int e = a.ids[route];
   const float weight = a.weights[route];  // read now: the combine at the end then waits for nothing
-  const unsigned tag = kPolled ? load_relaxed_gpu(&a.polled->epoch) + 1u : 0u;
+  const unsigned tag = kHandOff != kWaited ? load_relaxed_gpu(&a.polled->epoch) + 1u : 0u;
   const bool valid = route_is_valid(e, a.num_experts);
   const LaneMap<kMma884> lm(lane);
   GroupFrag<kMeta3> f[kG];
@@ -295,7 +305,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     for (int g = 0; g < kPreDequant; ++g) dequant_group<kMeta3>(q[g], f[g]);
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
-  if constexpr (kPolled) {
+  if constexpr (kHandOff != kWaited) {
     poll_h(a.polled, route, tag, hsm[route], lane);
   } else if constexpr (kW2When != kW2AfterWait) {
     wait_for_h(route);
@@ -309,8 +319,11 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     uint4 hv[kG];
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
-      hv[g] = kPolled ? reinterpret_cast<const uint4*>(hsm[kPolled ? route : 0])[4 * g + lm.kq]
-                      : __ldcg(h4 + 4 * g + lm.kq);
+      if constexpr (kHandOff != kWaited) {
+        hv[g] = reinterpret_cast<const uint4*>(hsm[route])[4 * g + lm.kq];
+      } else {
+        hv[g] = __ldcg(h4 + 4 * g + lm.kq);
+      }
     }
     WarpAcc<kMma884> acc;
 #pragma unroll
@@ -335,7 +348,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     ys[route * kTile + lane] = __half2float(__float2half_rn(y));
   }
   __syncthreads();
-  if (kPolled && threadIdx.x == 32) arrive_h_consumed(a.polled, tag);
+  if (kHandOff != kWaited && threadIdx.x == 32) arrive_h_consumed(a.polled, tag);
 
   if (threadIdx.x < kTile) {
     const int c = threadIdx.x;
@@ -349,7 +362,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   }
   trace_stamp(slot, 3);  // out stored
   trace_flush(slot);
-  if constexpr (kPolled) pdl_wait_primary();
+  if constexpr (kHandOff == kPolledThenWait) pdl_wait_primary();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -376,15 +389,15 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
 template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart,
-          bool kPolled = false>
+          int kHandOff = kWaited>
 __device__ __forceinline__ void w2_combine_body(const MoeArgs& a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
   }
   // Polled: nothing to wait for but h itself (the unit waits for kernel A's completion last).
-  if (kPolled) pdl_launch_dependents();
-  w2_combine_unit<kMeta3, kMma884, kPreDequant, kW2When, kPolled>(a, blockIdx.x, [](int) {
+  if (kHandOff != kWaited) pdl_launch_dependents();
+  w2_combine_unit<kMeta3, kMma884, kPreDequant, kW2When, kHandOff>(a, blockIdx.x, [](int) {
     // The next layer's kernels may be scheduled now; they wait for our completion themselves.
     pdl_launch_dependents();
     pdl_wait_primary();  // kernel A's intermediate is complete and visible after this
@@ -405,7 +418,7 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 // __maxnreg__ (before CUDA 12.4) get plain launch bounds: correct, only not co-resident.
 // kW2AfterWait (tuning runs, kernel B loading W2 after the wait): nothing to hold before the
 // wait, so 64 registers, beside a kernel A of 80 (4 x 2560 + 3 x 2048 = 16384 per quarter).
-// kPolled: the polled hand-off of h (PolledH), with kernel A publishing (kPublish).
+// kHandOff: kWaited, or the polled hand-off of h (PolledH) with kernel A publishing (kPublish).
 #if defined(__CUDACC_VER_MAJOR__) && \
     (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
 #define QPN_B_CAPPED_BOUNDS(regs) __maxnreg__(regs)
@@ -413,11 +426,11 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 #define QPN_B_CAPPED_BOUNDS(regs) __launch_bounds__(kWarpsB * 32)
 #endif
 constexpr int kCappedPreDequant = 3;
-template <bool kMeta3, int kW2When = kW2AtStart, bool kPolled = false>
+template <bool kMeta3, int kW2When = kW2AtStart, int kHandOff = kWaited>
 __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
     w2_combine_capped_kernel(MoeArgs a) {
   w2_combine_body<kMeta3, false, kW2When == kW2AfterWait ? 0 : kCappedPreDequant, kW2When,
-                  kPolled>(a);
+                  kHandOff>(a);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The evidence run on a GPU machine (used on one H200): build once, the GPU tests, `bench op`
-# for both metadata formats and the two-kernel form, the V100 (m8n8k4) path's correctness, and the
+# for both metadata formats and the split and waiting two-kernel forms, the V100 (m8n8k4) path's correctness, and the
 # tuning sweep that splits the op's time. Run from the repository root; results go to $OUT
 # (default ./.out).
 #   QPNSERVE_GIT_COMMIT=<commit> bash scripts/h200_evidence.sh
@@ -21,18 +21,21 @@ export QPNSERVE_TEST_BUILD_DIR=$QPNSERVE_BUILD_DIR
 export QPNSERVE_GIT_COMMIT=${QPNSERVE_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 step() { echo; echo "=== $(date +%T) $*"; }
 step build; timeout 150 python3 -m qpnserve build --json >"$OUT/build.json"; echo "rc=$?"
+# Eight files at most come back from the device tool: the three test logs go into one.
 for t in tests/kernels tests/dispatch tests/bench_op; do
   step "gpu tests $t"
-  timeout 170 python3 -m pytest -m gpu "$t" -v >"$OUT/$(basename "$t").log" 2>&1; echo "rc=$?"
-  grep -E "FAILED|Fatal|passed|failed" "$OUT/$(basename "$t").log" | tail -5
+  echo "=== $t" >>"$OUT/gpu_tests.log"
+  timeout 170 python3 -m pytest -m gpu "$t" -v >>"$OUT/gpu_tests.log" 2>&1; echo "rc=$?"
+  grep -E "FAILED|Fatal|passed|failed" "$OUT/gpu_tests.log" | tail -3
 done
 for fmt in 4byte 3byte; do
-  for form in auto polled; do
-    step "bench op $fmt --op-path $form"
-    timeout 120 python3 -m qpnserve bench op --format "$fmt" --op-path "$form" --layers 32 \
-      --iters 40 --rounds 2 --json >"$OUT/bench_op_${fmt}_$form.json"; echo "rc=$?"
-  done
+  step "bench op $fmt"
+  timeout 120 python3 -m qpnserve bench op --format "$fmt" --layers 32 --iters 40 --rounds 2 \
+    --json >"$OUT/bench_op_$fmt.json"; echo "rc=$?"
 done
+step "bench op split (the previous sm_90 default, 4byte)"
+timeout 90 python3 -m qpnserve bench op --op-path split --layers 32 --iters 40 --rounds 1 \
+  --json >"$OUT/bench_op_split.json"; echo "rc=$?"
 step "bench op two-kernels (kernel B waiting for kernel A's completion, 4byte)"
 timeout 90 python3 -m qpnserve bench op --op-path two-kernels --layers 32 --iters 40 --rounds 1 \
   --json >"$OUT/bench_op_two_kernels.json"; echo "rc=$?"
@@ -41,8 +44,7 @@ timeout 60 python3 -m qpnserve bench op --op-path mma884 --layers 8 --iters 20 -
   --json >"$OUT/bench_op_mma884.json"; echo "rc=$?"
 step "sweep (graph shaped like bench op's: the derive kernel before every layer)"
 timeout 200 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
-  --all-formats --diag derive-only,floor,A-stream-only,launch-only,two-kernels,two-kernels-no-prefetch,staged-500,polled
+  --all-formats --diag derive-only,floor,launch-only,polled-no-end-wait,two-kernels,split
 step trace
-timeout 200 python3 scripts/op_trace.py --derive --paths auto,two-kernels-no-prefetch,polled \
-  --build-dir /tmp/qt
+timeout 200 python3 scripts/op_trace.py --derive --paths auto --build-dir /tmp/qt
 step done

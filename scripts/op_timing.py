@@ -24,8 +24,9 @@ from qpnserve.kernels import reference as ref
 
 PATHS = {"auto": ops.PATH_AUTO, "mma16816": ops.PATH_MMA16816, "mma884": ops.PATH_MMA884}
 # Diagnostic bits of the path argument (csrc/awq_moe_m1_cuda.cu): split the time. They apply to
-# the form the path takes: on sm_90 "auto" is the split form (kernels A and C; "B-only" then
-# runs kernel C alone), "two-kernels" and "fused" pin the other forms.
+# the form the path takes: on sm_90 "auto" is the two-kernel form with the polled hand-off
+# ("B-only" runs the waiting kernel B alone), "two-kernels" pins kernel B waiting for kernel A's
+# completion, "split" and "fused" the other forms; the split form's own variants carry 4096.
 DIAG = {
     "": 0,
     "A-only": 4,
@@ -46,14 +47,15 @@ DIAG = {
     # kernel B polls h as kernel A publishes it (tagged words) instead of waiting for A's
     # completion; A does not prefetch W2
     "polled": 1 << 22,
+    "polled-no-end-wait": (1 << 22) | (1 << 23),  # kernel B does not wait for A at its end
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,
     "split-no-pdl": 4096 | 16,
-    "rolled-sums": 16384,
+    "rolled-sums": 4096 | 16384,
     "B-dequant-late": 2048,
-    "A-load-only": 8192 | 4,
-    "A-stream-only": 8192 | 4 | 32768,  # split form: kernel A's loads, then it exits
+    "A-load-only": 4096 | 8192 | 4,  # split form: kernel A without its arithmetic
+    "A-stream-only": 4096 | 8192 | 4 | 32768,  # split form: kernel A's loads, then it exits
 }
 # Not op variants, timed in the same graph: the benchmark's read floor (read_floor_m1, 4 loads
 # per thread, PDL), so kernel A's loads compare with it directly, and the derive kernel alone.

@@ -147,10 +147,8 @@ def main() -> None:
     for name in args.paths.split(","):
         path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
-        two_kernel = name in ("fused", "late-w2", "polled") or name.startswith(
-            ("two-kernels", "staged-")
-        )
-        form = "two-kernel" if two_kernel else "split"
+        split = name in ("split", "split-no-pdl", "rolled-sums", "A-load-only", "A-stream-only")
+        form = "split" if split else "two-kernel"
         report(traced_call(banks, path, args.replays, args.derive), form)
 
 

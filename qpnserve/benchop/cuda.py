@@ -147,8 +147,8 @@ def cuda_ops(
     """Load the extension (op, floor, derive) and wire the real measurements.
 
     op_path pins the op's path: "mma884" runs the V100 path on a newer GPU; "fused",
-    "two-kernels", "split" and "polled" (the two-kernel form's polled hand-off, sm_90) pin the
-    launch form on sm_80+ (OP_PATHS).
+    "two-kernels" (kernel B waiting for kernel A's completion), "split" and "polled" (kernel B
+    polling h, the sm_90 default) pin the launch form on sm_80+ (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

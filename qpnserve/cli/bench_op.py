@@ -44,8 +44,8 @@ def bench_op(
         "auto",
         "--op-path",
         help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
-        " split or polled (the launch form on sm_80+; auto takes split on sm_90; polled is the"
-        " two-kernel form with kernel B polling h, sm_90).",
+        " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
+        " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

@@ -21,14 +21,14 @@ PATH_OP_NAME = "qpnserve::awq_moe_m1_out_path"
 PATH_AUTO = 0  # m8n8k4 (HMMA.884) below sm_80, m16n8k16 from sm_80
 PATH_MMA16816 = 1
 PATH_MMA884 = 2  # the V100 path; also runs on newer GPUs, so it can be tested there
-# Launch forms (sm_80+, flags): PATH_AUTO takes the split form on sm_90 (kernel A also
-# multiplies its slice of W2, kernel C sums the slices) and the two-kernel form (kernel A, then
-# kernel B for W2) on sm_80-sm_89; the fused single launch runs where all its CTAs fit.
+# Launch forms (sm_80+, flags). PATH_AUTO takes the two-kernel form (kernel A: W13 and SwiGLU,
+# kernel B: W2 and the route combine); on sm_90 with programmatic dependent launch kernel B
+# polls h as kernel A publishes it (PATH_POLLED pins that), PATH_TWO_KERNELS pins kernel B
+# waiting for kernel A's completion instead. PATH_SPLIT: kernel A also multiplies its slice of
+# W2, kernel C sums the slices. PATH_FUSED: one launch, where all its CTAs fit.
 PATH_TWO_KERNELS = 256
 PATH_FUSED = 512
 PATH_SPLIT = 4096
-# The two-kernel form with the polled hand-off of h (sm_90 with PDL; elsewhere the plain
-# two-kernel form).
 PATH_POLLED = 1 << 22
 
 _fake_lock = threading.Lock()
