@@ -60,51 +60,34 @@ __device__ __forceinline__ void publish_h(PolledH* p, int route, int tile, __hal
   }
 }
 
-// Warp `route` of unit B, one poll of the route's 80 words: each lane whose words carry the tag
-// puts their h values into hs (shared, in order); returns the mask of the W2 groups (32 values
-// of h each) whose words all carry it. Lane l reads words 2l, 2l + 1 (group l / 8) and, l < 8,
-// 64 + 2l, 65 + 2l (group 4). Every value in hs comes from a word with the tag.
-constexpr unsigned kAllGroups2 = (1u << kGroups2) - 1u;
-__device__ __forceinline__ unsigned poll_h_once(const PolledH* p, int route, unsigned tag,
-                                                unsigned* hs, int lane) {
+// Warp `route` of unit B: poll the route's 80 words until each carries the tag, then put the 160
+// values of h into hs (shared, in order). Lane l reads words 2l, 2l + 1 and (l < 8) 64 + 2l,
+// 65 + 2l. A tag that never arrives means concurrent calls on one device or a broken launch:
+// trap after 2^22 polls (about a second) instead of hanging the server.
+__device__ __forceinline__ void poll_h(const PolledH* p, int route, unsigned tag, unsigned* hs,
+                                       int lane) {
   constexpr int kWords = kInter / 2;
   constexpr int kTail = (kWords - 64) / 2;  // lanes that read a second pair
-  static_assert(kWords == 80 && kGroups2 == 5, "8 lanes per group of 16 words");
+  static_assert(kWords > 64 && kWords <= 128 && kWords % 2 == 0, "two pairs per lane at most");
   const unsigned long long* w = p->words[route];
-  const ulonglong2 v0 = load_relaxed_gpu(w + 2 * lane);
-  ulonglong2 v1 = make_ulonglong2(0ull, 0ull);
-  if (lane < kTail) v1 = load_relaxed_gpu(w + 64 + 2 * lane);
-  const bool ok0 = (v0.x >> 32) == tag && (v0.y >> 32) == tag;
-  const bool ok1 = lane < kTail && (v1.x >> 32) == tag && (v1.y >> 32) == tag;
-  if (ok0) {
-    hs[2 * lane] = static_cast<unsigned>(v0.x);
-    hs[2 * lane + 1] = static_cast<unsigned>(v0.y);
+  const unsigned long long fresh = static_cast<unsigned long long>(tag) << 32;
+  ulonglong2 v0, v1 = make_ulonglong2(fresh, fresh);
+  unsigned polls = 0;
+  for (;;) {
+    v0 = load_relaxed_gpu(w + 2 * lane);
+    if (lane < kTail) v1 = load_relaxed_gpu(w + 64 + 2 * lane);
+    const bool ok = (v0.x >> 32) == tag && (v0.y >> 32) == tag && (v1.x >> 32) == tag &&
+                    (v1.y >> 32) == tag;
+    if (__all_sync(0xffffffffu, ok)) break;
+    if (++polls > (1u << 22)) __trap();
   }
-  if (ok1) {
+  hs[2 * lane] = static_cast<unsigned>(v0.x);
+  hs[2 * lane + 1] = static_cast<unsigned>(v0.y);
+  if (lane < kTail) {
     hs[64 + 2 * lane] = static_cast<unsigned>(v1.x);
     hs[65 + 2 * lane] = static_cast<unsigned>(v1.y);
   }
-  const unsigned b0 = __ballot_sync(0xffffffffu, ok0);
-  const unsigned b1 = __ballot_sync(0xffffffffu, ok1);
   __syncwarp();
-  unsigned ready = (b1 & 0xffu) == 0xffu ? 1u << 4 : 0u;
-#pragma unroll
-  for (int g = 0; g < 4; ++g) ready |= ((b0 >> (8 * g)) & 0xffu) == 0xffu ? 1u << g : 0u;
-  return ready;
-}
-
-// Poll until the groups in `want` are all in (`ready` carries what earlier polls found). A tag
-// that never arrives means concurrent calls on one device or a broken launch: trap after 2^22
-// polls (about a second) instead of hanging the server.
-__device__ __forceinline__ unsigned poll_h(const PolledH* p, int route, unsigned tag,
-                                           unsigned* hs, int lane, unsigned ready,
-                                           unsigned want) {
-  unsigned polls = 0;
-  while ((ready & want) != want) {
-    ready = poll_h_once(p, route, tag, hs, lane);
-    if (++polls > (1u << 22)) __trap();
-  }
-  return ready;
 }
 
 // One thread of each unit B, after all its warps have polled: count the unit in; the call's last
@@ -247,10 +230,6 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 constexpr int kWaited = 0;
 constexpr int kPolledThenWait = 1;
 constexpr int kPolledNoEndWait = 2;
-// kPolledByGroup: as kPolledThenWait, but each W2 group's MMAs run as soon as its 32 values of
-// h are in (in group order, so the sums keep their fixed order), overlapping the wait for the
-// route's later tiles.
-constexpr int kPolledByGroup = 3;
 
 constexpr int kW2AtStart = 0;
 constexpr int kW2Delayed = 1;
@@ -326,30 +305,14 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     for (int g = 0; g < kPreDequant; ++g) dequant_group<kMeta3>(q[g], f[g]);
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
-  WarpAcc<kMma884> acc;
-  // Group g's MMAs (g a constant once the callers' loops are unrolled).
-  auto group_mma = [&](int g, const uint4& hv) {
-    if (g < kPreDequant) {
-      mma_group<kMma884>(acc, q[g < kPreDequant ? g : 0], hv);
-    } else {
-      dot_group<kMeta3, kMma884>(acc, f[g], hv);
-    }
-  };
-  if constexpr (kHandOff == kPolledByGroup) {
-    unsigned ready = 0;
-#pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      ready = poll_h(a.polled, route, tag, hsm[route], lane, ready, 1u << g);
-      if (valid) group_mma(g, reinterpret_cast<const uint4*>(hsm[route])[4 * g + lm.kq]);
-    }
-  } else if constexpr (kHandOff != kWaited) {
-    poll_h(a.polled, route, tag, hsm[route], lane, 0u, kAllGroups2);
+  if constexpr (kHandOff != kWaited) {
+    poll_h(a.polled, route, tag, hsm[route], lane);
   } else if constexpr (kW2When != kW2AfterWait) {
     wait_for_h(route);
   }
-  trace_stamp(slot, 2);  // h may be read (polled by group: h in and its MMAs done)
+  trace_stamp(slot, 2);  // h may be read
 
-  if (valid && kHandOff != kPolledByGroup) {
+  if (valid) {
     // h_r was written by other CTAs (this launch or the previous one): read it from L2, straight
     // into the registers that hold the lane's k slice of each group.
     const uint4* h4 = reinterpret_cast<const uint4*>(a.intermediate + route * kInter);
@@ -362,10 +325,15 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
         hv[g] = __ldcg(h4 + 4 * g + lm.kq);
       }
     }
+    WarpAcc<kMma884> acc;
 #pragma unroll
-    for (int g = 0; g < kG; ++g) group_mma(g, hv[g]);
-  }
-  if (valid) {
+    for (int g = 0; g < kG; ++g) {
+      if (g < kPreDequant) {
+        mma_group<kMma884>(acc, q[g < kPreDequant ? g : 0], hv[g]);
+      } else {
+        dot_group<kMeta3, kMma884>(acc, f[g], hv[g]);
+      }
+    }
     // y_route = fp16(FP32 sum over k), per route; quadpair partials in ascending order.
     float y = 0.0f;
     if constexpr (kMma884) {
@@ -394,7 +362,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   }
   trace_stamp(slot, 3);  // out stored
   trace_flush(slot);
-  if constexpr (kHandOff == kPolledThenWait || kHandOff == kPolledByGroup) pdl_wait_primary();
+  if constexpr (kHandOff == kPolledThenWait) pdl_wait_primary();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -450,9 +418,7 @@ __global__ void __launch_bounds__(kWarpsB * 32) w2_combine_kernel(MoeArgs a) {
 // __maxnreg__ (before CUDA 12.4) get plain launch bounds: correct, only not co-resident.
 // kW2AfterWait (tuning runs, kernel B loading W2 after the wait): nothing to hold before the
 // wait, so 64 registers, beside a kernel A of 80 (4 x 2560 + 3 x 2048 = 16384 per quarter).
-// kHandOff: kWaited, or the polled hand-off of h (PolledH) with kernel A publishing (kPublish);
-// kPolledByGroup dequantizes 2 groups while it waits (its poll loop between the groups' MMAs
-// holds more registers: 3 spilled 12-32 B on sm_90).
+// kHandOff: kWaited, or the polled hand-off of h (PolledH) with kernel A publishing (kPublish).
 #if defined(__CUDACC_VER_MAJOR__) && \
     (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
 #define QPN_B_CAPPED_BOUNDS(regs) __maxnreg__(regs)
@@ -463,10 +429,8 @@ constexpr int kCappedPreDequant = 3;
 template <bool kMeta3, int kW2When = kW2AtStart, int kHandOff = kWaited>
 __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
     w2_combine_capped_kernel(MoeArgs a) {
-  constexpr int kPre = kW2When == kW2AfterWait       ? 0
-                       : kHandOff == kPolledByGroup ? kCappedPreDequant - 1
-                                                    : kCappedPreDequant;
-  w2_combine_body<kMeta3, false, kPre, kW2When, kHandOff>(a);
+  w2_combine_body<kMeta3, false, kW2When == kW2AfterWait ? 0 : kCappedPreDequant, kW2When,
+                  kHandOff>(a);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ timeout 60 python3 -m qpnserve bench op --op-path mma884 --layers 8 --iters 20 -
   --json >"$OUT/bench_op_mma884.json"; echo "rc=$?"
 step "sweep (graph shaped like bench op's: the derive kernel before every layer)"
 timeout 200 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
-  --all-formats --diag derive-only,floor,launch-only,polled-all,polled-no-end-wait,two-kernels,split
+  --all-formats --diag derive-only,floor,launch-only,polled-no-end-wait,two-kernels,split
 step trace
 timeout 200 python3 scripts/op_trace.py --derive --paths auto --build-dir /tmp/qt
 step done

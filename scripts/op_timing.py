@@ -48,9 +48,6 @@ DIAG = {
     # completion; A does not prefetch W2
     "polled": 1 << 22,
     "polled-no-end-wait": (1 << 22) | (1 << 23),  # kernel B does not wait for A at its end
-    # kernel B's warps poll all of their route's h, then run its MMAs (the default runs each W2
-    # group's MMAs as soon as that group's h is in)
-    "polled-all": (1 << 22) | (1 << 24),
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,
