@@ -1,6 +1,7 @@
 """Kernel-tuning timer: the op alone, per layer, in a CUDA graph over layers of E=512 banks.
 
-    python scripts/op_timing.py [--layers 32] [--iters 200] [--paths auto,mma884] [--derive]
+    python scripts/op_timing.py [--layers 32] [--iters 200] [--rounds 3] [--paths auto,mma884]
+                                [--derive]
 
 Each layer has its own 512-expert banks (393 MB at 4-byte metadata) and its own random route.
 The same routes are replayed, so the routed bytes of one replay (7.68 MB per layer) must be
@@ -114,11 +115,8 @@ def capture_layers(
     return graph, [*kept, *outs, inter, sink]
 
 
-def time_variant(
-    banks: list[ref.Banks], path: int | str, iters: int, derive: bool = False
-) -> float:
-    layers = len(banks)
-    graph, _tensors = capture_layers(banks, path, derive)
+def time_graph(graph: torch.cuda.CUDAGraph, layers: int, iters: int) -> float:
+    """Median us per layer over iters replays of a captured graph."""
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -127,8 +125,23 @@ def time_variant(
         end.record()
         times.append((start, end))
     torch.cuda.synchronize()
-    per_layer_us = [s.elapsed_time(e) * 1e3 / layers for s, e in times]
-    return statistics.median(per_layer_us)
+    return statistics.median(s.elapsed_time(e) * 1e3 / layers for s, e in times)
+
+
+def time_variants(
+    banks: list[ref.Banks], paths: list[int | str], iters: int, rounds: int, derive: bool
+) -> list[float]:
+    """Median us per layer of each path's graph. Every graph is captured first, then timed in
+    `rounds` rounds over all of them, each round in a rotated order, and the median of the
+    rounds' figures kept: timed one after another, the first variant measured 0.2-0.4 us
+    faster than later ones on the H200 (docs/evidence/f552b2f/experiments.md, run 4)."""
+    captured = [capture_layers(banks, path, derive) for path in paths]
+    per_round: list[list[float]] = [[] for _ in paths]
+    for r in range(rounds):
+        for k in range(len(paths)):
+            i = (k + r) % len(paths)
+            per_round[i].append(time_graph(captured[i][0], len(banks), iters))
+    return [statistics.median(figures) for figures in per_round]
 
 
 def main() -> None:
@@ -136,6 +149,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--paths", default="auto,mma884")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds over all variants (median of the rounds)"
+    )
     parser.add_argument(
         "--diag", default="", help="comma list of " + ",".join([*DIAG, FLOOR, DERIVE_ONLY])
     )
@@ -160,6 +176,7 @@ def main() -> None:
     print(f"{'format':7} {'path':9} {'diag':12} {'us/layer':>9} {'GB/s':>7}")
     for fmt in ref.FORMATS:
         banks = make_banks(fmt, args.layers, args.experts)
+        rows: list[tuple[str, str, int | str]] = []
         for path_name in args.paths.split(","):
             for diag in [""] + [d for d in args.diag.split(",") if d]:
                 if diag and (path_name != "auto" or (fmt != "4byte" and not args.all_formats)):
@@ -168,9 +185,13 @@ def main() -> None:
                     print(f"{fmt:7} {path_name:9} {diag:12} {'-':>9} (read_floor_m1 needs E=512)")
                     continue
                 path = diag if diag in (FLOOR, DERIVE_ONLY) else PATHS[path_name] | DIAG[diag]
-                us = time_variant(banks, path, args.iters, args.derive)
-                gbs = ROUTE_BYTES[fmt] / (us * 1e-6) / 1e9
-                print(f"{fmt:7} {path_name:9} {diag or '-':12} {us:9.2f} {gbs:7.0f}", flush=True)
+                rows.append((path_name, diag, path))
+        figures = time_variants(
+            banks, [path for *_, path in rows], args.iters, args.rounds, args.derive
+        )
+        for (path_name, diag, _), us in zip(rows, figures, strict=True):
+            gbs = ROUTE_BYTES[fmt] / (us * 1e-6) / 1e9
+            print(f"{fmt:7} {path_name:9} {diag or '-':12} {us:9.2f} {gbs:7.0f}", flush=True)
         del banks
         torch.cuda.empty_cache()
 
