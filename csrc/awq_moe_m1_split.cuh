@@ -1,5 +1,6 @@
-// The split form (the default on sm_90): kernel A's unit also multiplies the 16 rows of W2 its
-// values of h meet, kernel C sums the shares and combines the routes.
+// The split form (PATH_SPLIT; the sm_90 default before the polled hand-off): kernel A's unit
+// also multiplies the 16 rows of W2 its values of h meet, kernel C sums the shares and combines
+// the routes.
 
 #pragma once
 
@@ -8,7 +9,7 @@
 namespace qpn {
 
 // ---------------------------------------------------------------------------------------------
-// The split form (sm_80+, the default with PDL on sm_90): unit A also owns W2's rows
+// The split form (sm_80+, pinned by PATH_SPLIT): unit A also owns W2's rows
 // 16 tile .. 16 tile + 15, the rows its 16 values of h multiply. It loads them with its W13
 // share, before h exists, and writes that slice's FP32 share of y_route for all 2560 columns
 // here; kernel C sums the 10 shares of each (route, column) in tile order, rounds y_route to

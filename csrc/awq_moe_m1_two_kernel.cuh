@@ -1,6 +1,6 @@
-// The two-kernel form (V100 and sm_80-89; `--op-path two-kernels` on sm_90) and the fused
-// single launch that reuses its units: unit A (W13, SwiGLU, h), unit B (W2 of all routes for
-// one output tile, the route combine), their kernels, and the fused form's hand-off of h.
+// The two-kernel form (the default everywhere; on sm_90 with the polled hand-off of h) and the
+// fused single launch that reuses its units: unit A (W13, SwiGLU, h), unit B (W2 of all routes
+// for one output tile, the route combine), their kernels, and the hand-offs of h.
 
 #pragma once
 
