@@ -68,6 +68,10 @@ constexpr int64_t kDiagPolled = int64_t{1} << 22;
 // with the polled hand-off: kernel B does not wait for kernel A's completion at its end (tuning
 // runs only: it measures what that wait costs)
 constexpr int64_t kDiagNoEndWait = int64_t{1} << 23;
+// with the polled hand-off: the early-count variant (each kernel keeps its own epoch and counts
+// its units in right after they read it; kernel B polls only valid routes). Both kernels must
+// run: never with kDiagSkipA or kDiagSkipB
+constexpr int64_t kDiagEarlyCount = int64_t{1} << 24;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -77,7 +81,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled | kDiagNoEndWait;
+                              kDiagPolled | kDiagNoEndWait | kDiagEarlyCount;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -120,9 +124,11 @@ float* y_part_address(int device) {
   static AddressCache cache{};
   return static_cast<float*>(symbol_address(&qpn::g_y_part, cache, device));
 }
-qpn::PolledH* polled_address(int device) {
+// which: 0 the default hand-off, 1 the early-count variant (g_polled_h).
+qpn::PolledH* polled_address(int device, int which) {
   static AddressCache cache{};
-  return static_cast<qpn::PolledH*>(symbol_address(&qpn::g_polled_h, cache, device));
+  auto* both = static_cast<qpn::PolledH*>(symbol_address(&qpn::g_polled_h, cache, device));
+  return both + which;
 }
 
 // The split form: kernel A (W13, SwiGLU and the matching 16 rows of W2) then kernel C (the
@@ -207,13 +213,19 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
     // bits): kernel B polls what kernel A publishes, so both must run (never with kDiagSkipA).
     const bool polled = (diag & kDiagPolled) != 0 || (diag & kWaitingFormBits) == 0;
     if (use_pdl && polled && (diag & kDiagSkipA) == 0) {
-      kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, true>;
+      kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTag>;
       kernel_b = (diag & kDiagNoEndWait) != 0
                      ? qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledNoEndWait>
                      : qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledThenWait>;
       warps_a = 16;
-      a.polled = polled_address(device);
+      a.polled = polled_address(device, 0);
       a.diag |= qpn::kDiagNoW2Prefetch;
+      if ((diag & kDiagEarlyCount) != 0 && (diag & kDiagSkipB) == 0) {
+        kernel_a =
+            qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishEarlyCount>;
+        kernel_b = qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledEarlyCount>;
+        a.polled = polled_address(device, 1);
+      }
     }
   }
   if ((diag & kDiagSkipA) == 0) {

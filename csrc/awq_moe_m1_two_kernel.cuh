@@ -43,9 +43,10 @@ __device__ __forceinline__ void wait_h_ready(int route) {
   fence_acq_rel_gpu();
 }
 
-// The polled hand-off (PolledH, awq_moe_m1_common.cuh): its one instance; the kernels take its
-// address from MoeArgs::polled (awq_moe_m1_split.cuh says why).
-__device__ PolledH g_polled_h;
+// The polled hand-off (PolledH, awq_moe_m1_common.cuh): [0] the default, [1] the early-count
+// variant (its own words, so the tags of the two never meet); the kernels take the address
+// from MoeArgs::polled (awq_moe_m1_split.cuh says why).
+__device__ PolledH g_polled_h[2];
 
 // Warp 0 of unit A (tile, route), lanes 0..15 holding h[16 tile + lane]: the even lanes publish
 // the pairs, each with the tag, in one 64-bit store.
@@ -90,13 +91,14 @@ __device__ __forceinline__ void poll_h(const PolledH* p, int route, unsigned tag
   __syncwarp();
 }
 
-// One thread of each unit B, after all its warps have polled: count the unit in; the call's last
-// one resets the count and makes the tag the epoch (every unit A read the epoch before it
-// published, every unit B before it polled, so none of this call reads the new one).
-__device__ __forceinline__ void arrive_h_consumed(PolledH* p, unsigned tag) {
-  if (atomicAdd(&p->arrived, 1u) == static_cast<unsigned>(kTiles2) - 1u) {
-    p->arrived = 0u;
-    store_relaxed_gpu(&p->epoch, tag);
+// One unit of a call counts itself in (after reading `seen` from `epoch`, as every unit of the
+// call did); the last of `units` resets the count and advances the epoch, so no unit of this call
+// reads the new one.
+__device__ __forceinline__ void count_in(unsigned* arrived, unsigned* epoch, int units,
+                                         unsigned seen) {
+  if (atomicAdd(arrived, 1u) == static_cast<unsigned>(units) - 1u) {
+    *arrived = 0u;
+    store_relaxed_gpu(epoch, seen + 1u);
   }
 }
 
@@ -134,9 +136,13 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 // meaningless), which times kernel A's memory traffic alone.
 // kLateW2 (tuning runs, with kernel B's kW2AfterWait): prefetch the W2 share only once the
 // tile's W13 has landed instead of right after issuing it, so that W13 is served first.
-// kPublish: also publish h with the call's tag (the polled hand-off, PolledH).
+// kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag, or
+// kPublishEarlyCount (kernel A's own epoch, each unit counting itself in right after reading it).
+constexpr int kNoPublish = 0;
+constexpr int kPublishTag = 1;
+constexpr int kPublishEarlyCount = 2;
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
-          bool kLateW2 = false, bool kPublish = false>
+          bool kLateW2 = false, int kPublish = kNoPublish>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
   constexpr int kG = kGroups13 / kWarpsA;
   constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
@@ -161,15 +167,23 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   const auto [slot, e, h_out, valid] = unit_route(a, tile, route);
   if (!valid) {
     if (kSignal && warp == 0) signal_h_ready(route, lane);
-    if (kPublish && warp == 0) {
+    if (kPublish == kPublishTag && warp == 0) {
       const unsigned tag = load_relaxed_gpu(&a.polled->epoch) + 1u;
       publish_h(a.polled, route, tile, __float2half_rn(0.0f), tag, lane);
+    }
+    // Early count: kernel B does not poll an invalid route; the unit only counts itself in.
+    if (kPublish == kPublishEarlyCount && threadIdx.x == 0) {
+      count_in(&a.polled->a_arrived, &a.polled->a_epoch, kTiles13 * kRoutes,
+               load_relaxed_gpu(&a.polled->a_epoch));
     }
     return;
   }
   // The tag is needed only at the end: its load is issued here and consumed (thread 0 stores it
   // to shared memory) after the weight loads are issued.
-  const unsigned epoch = kPublish && threadIdx.x == 0 ? load_relaxed_gpu(&a.polled->epoch) : 0u;
+  const unsigned epoch =
+      kPublish != kNoPublish && threadIdx.x == 0
+          ? load_relaxed_gpu(kPublish == kPublishEarlyCount ? &a.polled->a_epoch : &a.polled->epoch)
+          : 0u;
   const LaneMap<kMma884> lm(lane);
   const uint4* codes = reinterpret_cast<const uint4*>(
       a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
@@ -183,7 +197,12 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   if (!kSignal && !kLateW2 && (a.diag & kDiagNoW2Prefetch) == 0) {
     prefetch_w2_share<kMeta3>(a, e, tile, threadIdx.x);
   }
-  if (kPublish && threadIdx.x == 0) tag_s = epoch + 1u;
+  if (kPublish != kNoPublish && threadIdx.x == 0) {
+    tag_s = epoch + 1u;  // the epoch's value is in: counting in now follows reading it
+    if (kPublish == kPublishEarlyCount) {
+      count_in(&a.polled->a_arrived, &a.polled->a_epoch, kTiles13 * kRoutes, epoch);
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
     const int i = lane + 32 * j;
@@ -214,7 +233,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 
   if (warp == 0) {
     const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
-    if (kPublish) publish_h(a.polled, route, tile, h, tag_s, lane);  // kernel B waits for this
+    if (kPublish != kNoPublish) publish_h(a.polled, route, tile, h, tag_s, lane);  // B polls it
     store_h(h, hs, h_out, lane);
     trace_stamp(slot, 3);  // h stored
     trace_flush(slot);
@@ -230,6 +249,11 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 constexpr int kWaited = 0;
 constexpr int kPolledThenWait = 1;
 constexpr int kPolledNoEndWait = 2;
+// kPolledEarlyCount (tuning runs, with kernel A's kPublishEarlyCount): kernel B's own epoch;
+// each unit counts itself in right after reading it (one thread, after a barrier), so no
+// atomic remains at its end, and polls only its valid routes; then waits for kernel A's
+// completion at its end like kPolledThenWait.
+constexpr int kPolledEarlyCount = 3;
 
 constexpr int kW2AtStart = 0;
 constexpr int kW2Delayed = 1;
@@ -256,7 +280,7 @@ constexpr int kW2AfterWait = 2;
 // kHandOff (polled): instead of `wait_for_h`, each warp polls its route's published h (PolledH),
 // every route whether valid or not (so that the call's last unit B arrives after every unit A
 // has published); then the unit counts itself in and, with kPolledThenWait, waits for kernel
-// A's completion at its very end.
+// A's completion at its very end. kPolledEarlyCount: see its definition.
 template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart,
           int kHandOff = kWaited, typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
@@ -269,6 +293,8 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   __shared__ float wts[kRoutes];
   __shared__ int valid_s[kRoutes];
   __shared__ __align__(16) unsigned hsm[kHandOff != kWaited ? kRoutes : 1][kInter / 2];
+  __shared__ unsigned tag_s;
+  constexpr bool kEarly = kHandOff == kPolledEarlyCount;
 
   const int route = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -276,7 +302,10 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   trace_stamp(slot, 0);
   const int e = a.ids[route];
   const float weight = a.weights[route];  // read now: the combine at the end then waits for nothing
-  const unsigned tag = kHandOff != kWaited ? load_relaxed_gpu(&a.polled->epoch) + 1u : 0u;
+  const unsigned seen = kHandOff != kWaited && (!kEarly || threadIdx.x == 0)
+                            ? load_relaxed_gpu(&a.polled->epoch)
+                            : 0u;
+  unsigned tag = seen + 1u;
   const bool valid = route_is_valid(e, a.num_experts);
   const LaneMap<kMma884> lm(lane);
   GroupFrag<kMeta3> f[kG];
@@ -299,6 +328,13 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     wts[route] = weight;
     valid_s[route] = valid;
   }
+  if constexpr (kEarly) {
+    // Thread 0's epoch (its value in shared memory, so read) for every thread, then one count.
+    if (threadIdx.x == 0) tag_s = seen + 1u;
+    __syncthreads();
+    tag = tag_s;
+    if (threadIdx.x == 32) count_in(&a.polled->arrived, &a.polled->epoch, kTiles2, tag - 1u);
+  }
   GroupWeights q[kPreDequant > 0 ? kPreDequant : 1];
   if (kPreDequant > 0 && valid) {
 #pragma unroll
@@ -306,7 +342,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
   if constexpr (kHandOff != kWaited) {
-    poll_h(a.polled, route, tag, hsm[route], lane);
+    if (valid || !kEarly) poll_h(a.polled, route, tag, hsm[route], lane);
   } else if constexpr (kW2When != kW2AfterWait) {
     wait_for_h(route);
   }
@@ -348,7 +384,9 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     ys[route * kTile + lane] = __half2float(__float2half_rn(y));
   }
   __syncthreads();
-  if (kHandOff != kWaited && threadIdx.x == 32) arrive_h_consumed(a.polled, tag);
+  if (kHandOff != kWaited && !kEarly && threadIdx.x == 32) {
+    count_in(&a.polled->arrived, &a.polled->epoch, kTiles2, tag - 1u);
+  }
 
   if (threadIdx.x < kTile) {
     const int c = threadIdx.x;
@@ -362,7 +400,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   }
   trace_stamp(slot, 3);  // out stored
   trace_flush(slot);
-  if constexpr (kHandOff == kPolledThenWait) pdl_wait_primary();
+  if constexpr (kHandOff == kPolledThenWait || kEarly) pdl_wait_primary();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,7 +411,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 // for tuning runs. kMinBlocks 2 (at most 64 registers, no spills) is the sm_90 PDL form's kernel
 // A, beside w2_combine_capped_kernel.
 template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884), bool kLoadOnly = false,
-          int kMinBlocks = QPN_A_MIN_BLOCKS, bool kLateW2 = false, bool kPublish = false>
+          int kMinBlocks = QPN_A_MIN_BLOCKS, bool kLateW2 = false, int kPublish = kNoPublish>
 __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(MoeArgs a) {
   // The previous kernel (the router) writes ids and x: wait for it before reading them.
   pdl_wait_primary();

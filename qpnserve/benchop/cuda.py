@@ -138,6 +138,7 @@ OP_PATHS = {
     "two-kernels": 1 | 256,
     "split": 1 | 4096,
     "polled": 1 | (1 << 22),
+    "polled-early": 1 | (1 << 22) | (1 << 24),
 }
 
 
@@ -147,8 +148,9 @@ def cuda_ops(
     """Load the extension (op, floor, derive) and wire the real measurements.
 
     op_path pins the op's path: "mma884" runs the V100 path on a newer GPU; "fused",
-    "two-kernels" (kernel B waiting for kernel A's completion), "split" and "polled" (kernel B
-    polling h, the sm_90 default) pin the launch form on sm_80+ (OP_PATHS).
+    "two-kernels" (kernel B waiting for kernel A's completion), "split", "polled" (kernel B
+    polling h, the sm_90 default) and "polled-early" (its early-count variant, a tuning
+    candidate) pin the launch form on sm_80+ (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

@@ -17,7 +17,16 @@ if TYPE_CHECKING:
     from qpnserve.benchop.route_bytes import MetaFormat
 
 # The keys of qpnserve.benchop.cuda.OP_PATHS, kept here so that option checks import no torch.
-OP_PATH_NAMES = ("auto", "mma16816", "mma884", "fused", "two-kernels", "split", "polled")
+OP_PATH_NAMES = (
+    "auto",
+    "mma16816",
+    "mma884",
+    "fused",
+    "two-kernels",
+    "split",
+    "polled",
+    "polled-early",
+)
 
 
 @bench_app.command("op")
@@ -45,7 +54,8 @@ def bench_op(
         "--op-path",
         help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
         " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
-        " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion).",
+        " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
+        " polled-early: a tuning candidate of polled, sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,
