@@ -17,6 +17,8 @@
 
 #include <cuda_fp16.h>
 
+#include "pdl_device.cuh"
+
 namespace qpn {
 
 // Geometry of one TP4 rank of Qwen3.8 (contract section 2). E (experts) is a run-time value.
@@ -40,18 +42,10 @@ constexpr int kGroupTileWords = kGroup * kTile / 8;  // 128 words = 512 B: one g
 __device__ __forceinline__ unsigned h2_bits(__half2 v) { return *reinterpret_cast<unsigned*>(&v); }
 __device__ __forceinline__ __half2 bits_h2(unsigned v) { return *reinterpret_cast<__half2*>(&v); }
 
-// Programmatic dependent launch (sm_90+): let kernel B be scheduled while kernel A still runs,
-// and make B wait for A's completion (and its memory) only where it reads h.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (sm_90+, pdl_device.cuh): kernel B is scheduled while kernel A
+// still runs and waits for A's completion (and its memory), or polls h, only where it reads h.
+using qpn_pdl::pdl_launch_dependents;
+using qpn_pdl::pdl_wait_primary;
 
 // Weights and metadata are read exactly once per call: streaming (evict-first) 128-bit loads.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) { return __ldcs(p); }

@@ -8,10 +8,12 @@
 // layer's output and writes the layer's ids and router weights, as a model's router would, so
 // no kernel may touch the weights before the previous layer is done reading.
 //
-// Reading order: device helpers, kernels, launchers, registration. The device part has no
-// includes so NVRTC can compile it for sm_70 (scripts/sm70_projection.py); the host part is
-// skipped under NVRTC. This file is compiled only into CUDA builds of the extension: the
+// Reading order: device helpers, kernels, launchers, registration. The device part includes only
+// pdl_device.cuh (itself without includes) so NVRTC can compile it for sm_70
+// (scripts/sm70_projection.py); the host part is skipped under NVRTC. This file is compiled only into CUDA builds of the extension: the
 // CPU build takes .cpp files and has neither op (the benchmark needs a GPU anyway).
+
+#include "pdl_device.cuh"
 
 namespace qpnserve_floor {
 
@@ -63,19 +65,9 @@ __device__ __forceinline__ Vec16 load_vec(const Vec16* ptr) {
   return kHint == 1 ? load_prefetch256(ptr) : load_streaming(ptr);
 }
 
-// Programmatic dependent launch (sm_90+): a no-op on older targets, where the launcher never
-// sets the launch attribute either.
-__device__ __forceinline__ void wait_for_previous_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void allow_dependent_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (sm_90+): the operator's helpers (pdl_device.cuh).
+using qpn_pdl::pdl_launch_dependents;
+using qpn_pdl::pdl_wait_primary;
 
 __device__ __forceinline__ float half_bits_to_float(unsigned short bits) {
   float f;
@@ -109,7 +101,7 @@ __global__ void __launch_bounds__(kFloorThreads)
                          const Vec16* __restrict__ s2, const int* __restrict__ ids,
                          int s13_vecs, int s2_vecs) {
   constexpr int kPerBlock = kLoads * kFloorThreads;
-  if (kPdl) wait_for_previous_grid();  // ids are written by the previous kernel
+  if (kPdl) pdl_wait_primary();  // ids are written by the previous kernel
   const int expert = ids[blockIdx.y];
   unsigned sum = 0;
   if (expert >= 0 && expert < kNumExperts) {
@@ -171,7 +163,7 @@ __global__ void __launch_bounds__(kDeriveThreads)
                            const float* __restrict__ weights_src) {
   // Lets a PDL-launched next kernel be scheduled now; it still waits for this grid to finish
   // (griddepcontrol.wait) before it reads anything written here.
-  allow_dependent_grid();
+  pdl_launch_dependents();
   const int t = threadIdx.x;
   const Vec16 o = out_prev[t];
   const Vec16 s = seed[t];
