@@ -97,14 +97,16 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // ---------------------------------------------------------------------------------------------
 // Timeline stamps, in tracing builds only (-DQPN_TRACE, `scripts/op_trace.py`): thread 0 of every
 // CTA writes %globaltimer at up to 16 points of the call, slot = route * 10 + tile for units A,
-// 100 + tile for units B; each call overwrites the previous one's.
+// 100 + tile for units B, and after them its SM's index + 1 (which units share an SM); each call
+// overwrites the previous one's.
 
 constexpr int kTraceSlots = 256;
 constexpr int kTraceStamps = 16;
+constexpr int kTraceColumns = kTraceStamps + 1;  // the stamps, then the SM
 #ifdef QPN_TRACE
 // Stamps go to shared memory first and to g_trace once, at the unit's end (trace_flush): a
 // global store per stamp would queue behind the weight stream and delay what follows it.
-__device__ unsigned long long g_trace[kTraceSlots][kTraceStamps];
+__device__ unsigned long long g_trace[kTraceSlots][kTraceColumns];
 __shared__ unsigned long long s_trace[kTraceStamps];
 __device__ __forceinline__ void trace_stamp(int, int k) {
   if (threadIdx.x == 0) {
@@ -130,6 +132,9 @@ __device__ __forceinline__ void trace_flush(int slot) {
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < kTraceStamps; ++i) g_trace[slot][i] = s_trace[i];
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    g_trace[slot][kTraceStamps] = sm + 1ull;
   }
 }
 #else
@@ -178,13 +183,13 @@ __device__ __forceinline__ __half swiglu_h(const float* part, int lane) {
       gate += part[p * kTile + 2 * lane];
       up += part[p * kTile + 2 * lane + 1];
     }
-    trace_stamp(0, 7);
+    trace_stamp_after(0, 7, gate + up);  // warp 0's sums done
     const __half gate16 = __float2half_rn(gate);
     const __half up16 = __float2half_rn(up);
     const float g = __half2float(gate16);
     const __half silu16 = __float2half_rn(g / (1.0f + expf(-g)));
     h = __hmul(silu16, up16);
-    trace_stamp(0, 8);
+    trace_stamp_after(0, 8, __half2float(h));  // SwiGLU done
   }
   return h;
 }

@@ -223,6 +223,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
   }
   store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
+  trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
   __syncthreads();
   trace_stamp(slot, 2);  // every warp's dot products done
   if (kLateW2 && warp != 0) {
@@ -384,6 +385,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     ys[route * kTile + lane] = __half2float(__float2half_rn(y));
   }
   __syncthreads();
+  trace_stamp(slot, 5);  // every route's y in
   if (kHandOff != kWaited && !kEarly && threadIdx.x == 32) {
     count_in(&a.polled->arrived, &a.polled->epoch, kTiles2, tag - 1u);
   }

@@ -26,12 +26,31 @@ from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
 
 UNITS_A, UNITS_B, STAMPS = 100, 80, 16
+COLUMNS = STAMPS + 1  # the stamps, then the unit's SM index + 1
 # The stamps each form writes (csrc/awq_moe_m1_common.cuh, trace_stamp), by index, and the
 # indices of a unit A's last stamp and of a unit B's "out stored".
 POINTS = {
     "two-kernel": (
-        ("start", "ids known", "dots done", "h stored"),
-        ("start", "ready to wait", "wait over (polled: h in)", "out stored", "route 0's y summed"),
+        (
+            "start",
+            "ids known",
+            "dots done",
+            "h stored",
+            "(diag) warp 0's dots done",
+            "",
+            "",
+            "(diag) warp 0 sums done",
+            "(diag) SwiGLU done",
+            "(diag) after syncwarp",
+        ),
+        (
+            "start",
+            "ready to wait",
+            "wait over (polled: h in)",
+            "out stored",
+            "route 0's y summed",
+            "every route's y in",
+        ),
         3,
         3,
     ),
@@ -87,10 +106,10 @@ def traced_call(
     graph, _tensors = capture_layers(banks, path, derive)
     for _ in range(replays):
         graph.replay()
-    stamps = torch.zeros(256 * STAMPS, dtype=torch.int64, device="cuda")
+    stamps = torch.zeros(256 * COLUMNS, dtype=torch.int64, device="cuda")
     torch.ops.qpnserve_trace.read(stamps)
     torch.cuda.synchronize()
-    return stamps.view(256, STAMPS).cpu()
+    return stamps.view(256, COLUMNS).cpu()
 
 
 def spread(values: list[int]) -> str:
@@ -99,8 +118,10 @@ def spread(values: list[int]) -> str:
     return f"{min(values):7d} {int(statistics.median(values)):7d} {max(values):7d}"
 
 
-def report(stamps: torch.Tensor, form: str) -> None:
+def report(table: torch.Tensor, form: str) -> None:
     a_points, b_points, a_last, b_end = POINTS[form]
+    sms = table[:, STAMPS].tolist()
+    stamps = table[:, :STAMPS]
     t0 = int(stamps[:UNITS_A, 0].min())
     written = (stamps != 0).tolist()  # a point a variant does not stamp stays 0
     a = (stamps[:UNITS_A] - t0).tolist()
@@ -108,10 +129,24 @@ def report(stamps: torch.Tensor, form: str) -> None:
     print(f"  {'point (ns from the first unit A start)':44} {'min':>7} {'median':>7} {'max':>7}")
     for k, name in enumerate(a_points):
         values = [row[k] for i, row in enumerate(a) if written[i][k]]
-        print(f"  unit A {name:37} {spread(values)}")
+        if name:
+            print(f"  unit A {name:37} {spread(values)}")
     for k, name in enumerate(b_points):
         values = [row[k] for i, row in enumerate(b) if written[UNITS_A + i][k]]
-        print(f"  unit B {name:37} {spread(values)}")
+        if name:
+            print(f"  unit B {name:37} {spread(values)}")
+    if not any(written[UNITS_A + i][0] for i in range(UNITS_B)):
+        print("  (no unit B ran)")
+        return
+    # Units A on an SM that also runs a unit B against those alone on theirs.
+    b_sms = set(sms[UNITS_A : UNITS_A + UNITS_B])
+    for shared in (True, False):
+        rows = [row for i, row in enumerate(a) if (sms[i] in b_sms) == shared and written[i][0]]
+        label = "beside a unit B" if shared else "alone on its SM"
+        print(
+            f"  unit A {label} ({len(rows)}): dots done {spread([r[2] for r in rows])}, "
+            f"h stored {spread([r[a_last] for r in rows])}"
+        )
     a_h = max(row[a_last] for row in a)
     b_wait = [row[2] for row in b]
     print(
