@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The evidence run on a GPU machine (used on one H200): build once, the GPU tests, `bench op`
-# for both metadata formats (the default and the current tuning candidate), the split and
-# waiting two-kernel forms, the V100 (m8n8k4) path's correctness, and the tuning sweep that
-# splits the op's time. Run from the repository root; results go to $OUT
-# (default ./.out).
+# for both metadata formats (the default and the tuning candidate, $CANDIDATE), the V100
+# (m8n8k4) path's correctness, the tuning sweep that splits the op's time (with the split and
+# waiting two-kernel forms) and the traced timeline of one call. Run from the repository root;
+# results go to $OUT (default ./.out).
 #   QPNSERVE_GIT_COMMIT=<commit> bash scripts/h200_evidence.sh
 # Pass the commit from the machine that holds the history: a copy of the tree sent to a GPU
 # host can carry stale git metadata (it once recorded the previous commit).
@@ -19,8 +19,12 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export QPNSERVE_BUILD_DIR=${QPNSERVE_BUILD_DIR:-/tmp/qb} PYTHONUNBUFFERED=1
 export QPNSERVE_TEST_BUILD_DIR=$QPNSERVE_BUILD_DIR
+CANDIDATE=${CANDIDATE:-polled-last-warp}
 export QPNSERVE_GIT_COMMIT=${QPNSERVE_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 step() { echo; echo "=== $(date +%T) $*"; }
+# The tracing build (its own extension, scripts/op_trace.py) compiles meanwhile.
+python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'scripts'); import op_trace; \
+op_trace.build_traced(Path('/tmp/qt'))" >/tmp/trace_build.log 2>&1 &
 step build; timeout 150 python3 -m qpnserve build --json >"$OUT/build.json"; echo "rc=$?"
 # Eight files at most come back from the device tool: the three test logs go into one.
 for t in tests/kernels tests/dispatch tests/bench_op; do
@@ -33,23 +37,17 @@ for fmt in 4byte 3byte; do
   step "bench op $fmt"
   timeout 120 python3 -m qpnserve bench op --format "$fmt" --layers 32 --iters 40 --rounds 2 \
     --json >"$OUT/bench_op_$fmt.json"; echo "rc=$?"
-  step "bench op $fmt --op-path polled-early (the tuning candidate)"
-  timeout 120 python3 -m qpnserve bench op --format "$fmt" --op-path polled-early --layers 32 \
-    --iters 40 --rounds 2 --json >"$OUT/bench_op_${fmt}_early.json"; echo "rc=$?"
+  step "bench op $fmt --op-path $CANDIDATE (the tuning candidate)"
+  timeout 120 python3 -m qpnserve bench op --format "$fmt" --op-path "$CANDIDATE" --layers 32 \
+    --iters 40 --rounds 2 --json >"$OUT/bench_op_${fmt}_candidate.json"; echo "rc=$?"
 done
-# The comparisons' tables land in final.log; their JSON stays on the GPU host.
-step "bench op split (the previous sm_90 default, 4byte)"
-timeout 90 python3 -m qpnserve bench op --op-path split --layers 32 --iters 40 --rounds 1 \
-  --json >/tmp/bench_op_split.json; echo "rc=$?"
-step "bench op two-kernels (kernel B waiting for kernel A's completion, 4byte)"
-timeout 90 python3 -m qpnserve bench op --op-path two-kernels --layers 32 --iters 40 --rounds 1 \
-  --json >/tmp/bench_op_two_kernels.json; echo "rc=$?"
 step "bench op mma884 (the V100 path, correctness on this GPU)"
 timeout 60 python3 -m qpnserve bench op --op-path mma884 --layers 8 --iters 20 --rounds 1 \
   --json >"$OUT/bench_op_mma884.json"; echo "rc=$?"
 step "sweep (graph shaped like bench op's: the derive kernel before every layer)"
 timeout 300 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
-  --all-formats --diag derive-only,floor,launch-only,polled-early,two-kernels,split
+  --all-formats --diag "derive-only,floor,launch-only,$CANDIDATE,two-kernels,split"
 step trace
-timeout 200 python3 scripts/op_trace.py --derive --paths auto,polled-early --build-dir /tmp/qt
+wait
+timeout 200 python3 scripts/op_trace.py --derive --paths "auto,$CANDIDATE" --build-dir /tmp/qt
 step done
