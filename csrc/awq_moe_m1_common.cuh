@@ -128,16 +128,8 @@ __device__ __forceinline__ void trace_stamp_after(int, int k, float dep) {
     s_trace[k] = t;
   }
 }
-// The stamp and the flush by one chosen thread (`lead`) instead of thread 0.
-__device__ __forceinline__ void trace_stamp_if(bool lead, int k) {
-  if (lead) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    s_trace[k] = t;
-  }
-}
-__device__ __forceinline__ void trace_flush_if(bool lead, int slot) {
-  if (lead) {
+__device__ __forceinline__ void trace_flush(int slot) {
+  if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < kTraceStamps; ++i) g_trace[slot][i] = s_trace[i];
     unsigned sm;
@@ -145,36 +137,11 @@ __device__ __forceinline__ void trace_flush_if(bool lead, int slot) {
     g_trace[slot][kTraceStamps] = sm + 1ull;
   }
 }
-__device__ __forceinline__ void trace_flush(int slot) { trace_flush_if(threadIdx.x == 0, slot); }
 #else
 __device__ __forceinline__ void trace_stamp(int, int) {}
 __device__ __forceinline__ void trace_stamp_after(int, int, float) {}
 __device__ __forceinline__ void trace_flush(int) {}
-__device__ __forceinline__ void trace_stamp_if(bool, int) {}
-__device__ __forceinline__ void trace_flush_if(bool, int) {}
 #endif
-
-// ---------------------------------------------------------------------------------------------
-// The last warp of a CTA to arrive does the CTA's closing step, without a barrier: each warp
-// arrives once (its shared-memory stores fenced before, a release pattern); the warp that finds
-// all others arrived fences again (acquire) and reads what they stored. The warps that arrive
-// earlier run the same closing code with its stores switched off, so its instructions are in the
-// SM's instruction cache when the last warp gets there (straight-line code run once per CTA
-// otherwise fetches each line from L2 while the weight stream keeps L2 busy: traced on the H200,
-// 0.6-1.3 us for kernel A's 60 instructions of partial sums). `count` must be zero before any
-// warp arrives (one barrier after thread 0 zeroes it).
-__device__ __forceinline__ bool last_warp_to_arrive(unsigned* count, int warps, int lane) {
-  __syncwarp();
-  unsigned before = 0;
-  if (lane == 0) {
-    __threadfence_block();
-    before = atomicAdd(count, 1u);
-    __threadfence_block();
-  }
-  before = __shfl_sync(0xffffffffu, before, 0);
-  __syncwarp();
-  return before == static_cast<unsigned>(warps) - 1u;
-}
 
 // ---------------------------------------------------------------------------------------------
 // The start of a unit A (both forms): its timeline slot, its route's expert and its 16 values of
@@ -228,16 +195,12 @@ __device__ __forceinline__ __half swiglu_h(const float* part, int lane) {
 }
 
 // The end of a unit A, on warp 0: lanes 0..15's h to hs (shared) and h_out.
-// With `store` false (a warp warming the code, last_warp_to_arrive) nothing is stored.
-__device__ __forceinline__ void store_h(__half h, __half* hs, __half* h_out, int lane,
-                                        bool store = true) {
-  if (store && lane < kTile / 2) hs[lane] = h;
+__device__ __forceinline__ void store_h(__half h, __half* hs, __half* h_out, int lane) {
+  if (lane < kTile / 2) hs[lane] = h;
   __syncwarp();
   trace_stamp(0, 9);
   // 16 values = 32 B: two 16 B stores.
-  if (store && lane < 2) {
-    reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
-  }
+  if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
 }
 
 template <int kParts, bool kRolled = false>

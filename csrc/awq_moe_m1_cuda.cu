@@ -72,10 +72,9 @@ constexpr int64_t kDiagNoEndWait = int64_t{1} << 23;
 // its units in right after they read it; kernel B polls only valid routes). Both kernels must
 // run: never with kDiagSkipA or kDiagSkipB
 constexpr int64_t kDiagEarlyCount = int64_t{1} << 24;
-// with the polled hand-off: the last warp of each CTA to finish does its closing step (kernel A's
-// SwiGLU and publish, kernel B's route combine) instead of warp 0 after a barrier, the others
-// running that code without storing so that it is in the instruction cache (tuning run)
-constexpr int64_t kDiagLastWarp = int64_t{1} << 25;
+// with the polled hand-off: kernel A takes the epoch's value in only after warp 0's dot products
+// (tuning run)
+constexpr int64_t kDiagTagLate = int64_t{1} << 25;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -85,7 +84,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled | kDiagNoEndWait | kDiagEarlyCount | kDiagLastWarp;
+                              kDiagPolled | kDiagNoEndWait | kDiagEarlyCount | kDiagTagLate;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -229,10 +228,9 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
             qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishEarlyCount>;
         kernel_b = qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledEarlyCount>;
         a.polled = polled_address(device, 1);
-      } else if ((diag & kDiagLastWarp) != 0) {
-        kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false,
-                                          qpn::kPublishTagLastWarp>;
-        kernel_b = qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledLastWarp>;
+      } else if ((diag & kDiagTagLate) != 0) {
+        kernel_a =
+            qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTagLate>;
       }
     }
   }

@@ -48,13 +48,13 @@ __device__ __forceinline__ void wait_h_ready(int route) {
 // from MoeArgs::polled (awq_moe_m1_split.cuh says why).
 __device__ PolledH g_polled_h[2];
 
-// A warp of unit A (tile, route), lanes 0..15 holding h[16 tile + lane]: the even lanes publish
-// the pairs, each with the tag, in one 64-bit store (none with `store` false).
+// Warp 0 of unit A (tile, route), lanes 0..15 holding h[16 tile + lane]: the even lanes publish
+// the pairs, each with the tag, in one 64-bit store.
 __device__ __forceinline__ void publish_h(PolledH* p, int route, int tile, __half h, unsigned tag,
-                                          int lane, bool store = true) {
+                                          int lane) {
   const unsigned mine = __half_as_ushort(h);
   const unsigned next = __shfl_down_sync(0xffffffffu, mine, 1);
-  if (store && lane < kTile / 2 && (lane & 1) == 0) {
+  if (lane < kTile / 2 && (lane & 1) == 0) {
     const unsigned long long word =
         (static_cast<unsigned long long>(tag) << 32) | (next << 16) | mine;
     store_relaxed_gpu(&p->words[route][tile * (kTile / 4) + lane / 2], word);
@@ -138,13 +138,13 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 // tile's W13 has landed instead of right after issuing it, so that W13 is served first.
 // kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag, or
 // kPublishEarlyCount (kernel A's own epoch, each unit counting itself in right after reading it),
-// or kPublishTagLastWarp (tuning runs): kPublishTag with the last warp to finish its dot
-// products summing the partials, SwiGLU and publishing instead of warp 0 after a barrier, the
-// warps before it running that code without storing (last_warp_to_arrive).
+// or kPublishTagLate (tuning runs): kPublishTag with the epoch's value taken in only after warp
+// 0's dot products, so that warp 0 does not wait for that load before computing (the trace shows
+// warp 0 finishing last: its epoch load returns behind the CTA's weight stream).
 constexpr int kNoPublish = 0;
 constexpr int kPublishTag = 1;
 constexpr int kPublishEarlyCount = 2;
-constexpr int kPublishTagLastWarp = 3;
+constexpr int kPublishTagLate = 3;
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
           bool kLateW2 = false, int kPublish = kNoPublish>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
@@ -158,8 +158,6 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   __shared__ uint4 xs[kWarpsA][kXChunks];
   __shared__ __align__(16) __half hs[kTile / 2];
   __shared__ unsigned tag_s;
-  __shared__ unsigned arrived_s;  // kPublishTagLastWarp: warps past their dot products
-  constexpr bool kLastWarp = kPublish == kPublishTagLastWarp;
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -173,7 +171,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   const auto [slot, e, h_out, valid] = unit_route(a, tile, route);
   if (!valid) {
     if (kSignal && warp == 0) signal_h_ready(route, lane);
-    if ((kPublish == kPublishTag || kLastWarp) && warp == 0) {
+    if ((kPublish == kPublishTag || kPublish == kPublishTagLate) && warp == 0) {
       const unsigned tag = load_relaxed_gpu(&a.polled->epoch) + 1u;
       publish_h(a.polled, route, tile, __float2half_rn(0.0f), tag, lane);
     }
@@ -203,25 +201,18 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   if (!kSignal && !kLateW2 && (a.diag & kDiagNoW2Prefetch) == 0) {
     prefetch_w2_share<kMeta3>(a, e, tile, threadIdx.x);
   }
-  if (kPublish != kNoPublish && threadIdx.x == 0) {
+  if (kPublish != kNoPublish && kPublish != kPublishTagLate && threadIdx.x == 0) {
     tag_s = epoch + 1u;  // the epoch's value is in: counting in now follows reading it
     if (kPublish == kPublishEarlyCount) {
       count_in(&a.polled->a_arrived, &a.polled->a_epoch, kTiles13 * kRoutes, epoch);
     }
-    if (kLastWarp) arrived_s = 0u;
   }
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
     const int i = lane + 32 * j;
     if (i < kXChunks) xs[warp][i] = xr[j];
   }
-  // Any warp may publish: tag_s and the zeroed count reach every warp through a barrier (every
-  // warp has issued its loads by then).
-  if constexpr (kLastWarp) {
-    __syncthreads();
-  } else {
-    __syncwarp();
-  }
+  __syncwarp();
 
   WarpAcc<kMma884> acc;
 #pragma unroll
@@ -235,18 +226,10 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     }
     if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
   }
+  // The raw value (an add here would be scheduled right behind the load, so wait for it early).
+  if (kPublish == kPublishTagLate && threadIdx.x == 0) tag_s = epoch;
   store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
   trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
-  if constexpr (kLastWarp) {
-    const bool last = last_warp_to_arrive(&arrived_s, kWarpsA, lane);
-    trace_stamp_if(last && lane == 0, 2);  // every warp's dot products done
-    const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
-    publish_h(a.polled, route, tile, h, tag_s, lane, last);  // B polls it
-    store_h(h, hs, h_out, lane, last);
-    trace_stamp_if(last && lane == 0, 3);  // h stored
-    trace_flush_if(last && lane == 0, slot);
-    return;
-  }
   __syncthreads();
   trace_stamp(slot, 2);  // every warp's dot products done
   if (kLateW2 && warp != 0) {
@@ -257,7 +240,9 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 
   if (warp == 0) {
     const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
-    if (kPublish != kNoPublish) publish_h(a.polled, route, tile, h, tag_s, lane);  // B polls it
+    if (kPublish != kNoPublish) {  // kernel B polls it
+      publish_h(a.polled, route, tile, h, kPublish == kPublishTagLate ? tag_s + 1u : tag_s, lane);
+    }
     store_h(h, hs, h_out, lane);
     trace_stamp(slot, 3);  // h stored
     trace_flush(slot);
@@ -278,10 +263,6 @@ constexpr int kPolledNoEndWait = 2;
 // atomic remains at its end, and polls only its valid routes; then waits for kernel A's
 // completion at its end like kPolledThenWait.
 constexpr int kPolledEarlyCount = 3;
-// kPolledLastWarp (tuning runs, with kernel A's kPublishTagLastWarp): kPolledThenWait with the
-// last route's warp to finish doing the route combine instead of warp 0 after a barrier, the
-// warps before it running the combine without storing (last_warp_to_arrive).
-constexpr int kPolledLastWarp = 4;
 
 constexpr int kW2AtStart = 0;
 constexpr int kW2Delayed = 1;
@@ -322,9 +303,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   __shared__ int valid_s[kRoutes];
   __shared__ __align__(16) unsigned hsm[kHandOff != kWaited ? kRoutes : 1][kInter / 2];
   __shared__ unsigned tag_s;
-  __shared__ unsigned arrived_s;  // kPolledLastWarp: route warps past their y
   constexpr bool kEarly = kHandOff == kPolledEarlyCount;
-  constexpr bool kLastWarp = kHandOff == kPolledLastWarp;
 
   const int route = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -357,10 +336,6 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   if (lane == 0) {
     wts[route] = weight;
     valid_s[route] = valid;
-  }
-  if constexpr (kLastWarp) {
-    if (threadIdx.x == 0) arrived_s = 0u;
-    __syncthreads();  // every warp has issued its W2 loads
   }
   if constexpr (kEarly) {
     // Thread 0's epoch (its value in shared memory, so read) for every thread, then one count.
@@ -416,21 +391,6 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     }
     trace_stamp_after(slot, 4, y);  // route 0's y summed
     ys[route * kTile + lane] = __half2float(__float2half_rn(y));
-  }
-  if constexpr (kLastWarp) {
-    const bool last = last_warp_to_arrive(&arrived_s, kWarpsB, lane);
-    trace_stamp_if(last && lane == 0, 5);  // every route's y in
-    if (last && lane == 0) count_in(&a.polled->arrived, &a.polled->epoch, kTiles2, tag - 1u);
-    float acc = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kRoutes; ++r) {
-      if (valid_s[r]) acc = fmaf(wts[r], ys[r * kTile + lane], acc);
-    }
-    if (last) a.out[tile * kTile + lane] = __float2half_rn(acc);
-    trace_stamp_if(last && lane == 0, 3);  // out stored
-    trace_flush_if(last && lane == 0, slot);
-    pdl_wait_primary();
-    return;
   }
   __syncthreads();
   trace_stamp(slot, 5);  // every route's y in

@@ -52,9 +52,8 @@ DIAG = {
     # each kernel keeps its own epoch and counts its units in at their start (no atomic at
     # kernel B's end); kernel B polls only valid routes
     "polled-early": (1 << 22) | (1 << 24),
-    # the last warp of each CTA to finish does its closing step (kernel A's SwiGLU and publish,
-    # kernel B's combine), the warps before it run that code without storing (instruction cache)
-    "polled-last-warp": (1 << 22) | (1 << 25),
+    # kernel A takes the epoch's value in only after warp 0's dot products
+    "polled-tag-late": (1 << 22) | (1 << 25),
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

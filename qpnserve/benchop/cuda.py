@@ -139,7 +139,7 @@ OP_PATHS = {
     "split": 1 | 4096,
     "polled": 1 | (1 << 22),
     "polled-early": 1 | (1 << 22) | (1 << 24),
-    "polled-last-warp": 1 | (1 << 22) | (1 << 25),
+    "polled-tag-late": 1 | (1 << 22) | (1 << 25),
 }
 
 
@@ -150,7 +150,7 @@ def cuda_ops(
 
     op_path pins the op's path: "mma884" runs the V100 path on a newer GPU; "fused",
     "two-kernels" (kernel B waiting for kernel A's completion), "split", "polled" (kernel B
-    polling h, the sm_90 default), "polled-early" and "polled-last-warp" (its tuning
+    polling h, the sm_90 default), "polled-early" and "polled-tag-late" (its tuning
     candidates) pin the launch form on sm_80+ (OP_PATHS).
     """
     if not torch.cuda.is_available():

@@ -26,7 +26,7 @@ OP_PATH_NAMES = (
     "split",
     "polled",
     "polled-early",
-    "polled-last-warp",
+    "polled-tag-late",
 )
 
 
@@ -56,7 +56,7 @@ def bench_op(
         help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
         " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
         " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
-        " polled-early, polled-last-warp: tuning candidates of polled, sm_90).",
+        " polled-early, polled-tag-late: tuning candidates of polled, sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

@@ -37,8 +37,8 @@ PATH_STAGED_1000 = 1024 | (4 << 18)
 PATH_LATE_W2 = 1 << 21
 # The polled hand-off's early-count variant: each kernel counts its units in at their start.
 PATH_EARLY_COUNT = 1 << 24
-# Its last-warp variant: the last warp of each CTA to finish does the closing step.
-PATH_LAST_WARP = 1 << 25
+# Its tag-late variant: kernel A takes the epoch in after warp 0's dot products.
+PATH_TAG_LATE = 1 << 25
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -47,7 +47,7 @@ PATHS = {
     "two_kernels_late_w2": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_LATE_W2,
     "two_kernels_polled": ops.PATH_MMA16816 | ops.PATH_POLLED,
     "two_kernels_polled_early": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_EARLY_COUNT,
-    "two_kernels_polled_last_warp": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_LAST_WARP,
+    "two_kernels_polled_tag_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_TAG_LATE,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -160,7 +160,7 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
 
 @pytest.mark.parametrize(
     "variant",
-    ["two_kernels_polled", "two_kernels_polled_early", "two_kernels_polled_last_warp"],
+    ["two_kernels_polled", "two_kernels_polled_early", "two_kernels_polled_tag_late"],
 )
 def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
     banks: ref.Banks, variant: str
