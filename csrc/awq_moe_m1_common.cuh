@@ -33,15 +33,10 @@ constexpr int kMaxDepthA = kGroups13;
 // past its polls stores that as the new epoch. Each 64-bit word is one single-copy-atomic access,
 // so a word with the tag holds this call's values. Module scope like the split form's shares:
 // calls on one device must not run concurrently.
-// The early-count variant (tuning runs) keeps one epoch per kernel instead: each unit counts
-// itself in right after reading its kernel's epoch, the last one advances it, and the two
-// epochs move in step (once per call each), so the last count is off the critical path.
 struct PolledH {
   unsigned long long words[kRoutes][kInter / 2];  // (tag << 32) | h[2j + 1] << 16 | h[2j]
-  unsigned epoch;       // the tag of the last completed call (early count: kernel B's epoch)
-  unsigned arrived;     // units B of this call counted in
-  unsigned a_epoch;     // early count: kernel A's epoch
-  unsigned a_arrived;   // early count: units A of this call counted in
+  unsigned epoch;    // the tag of the last completed call
+  unsigned arrived;  // units B of this call counted in
 };
 
 struct MoeArgs {

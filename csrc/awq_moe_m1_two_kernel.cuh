@@ -43,10 +43,9 @@ __device__ __forceinline__ void wait_h_ready(int route) {
   fence_acq_rel_gpu();
 }
 
-// The polled hand-off (PolledH, awq_moe_m1_common.cuh): [0] the default, [1] the early-count
-// variant (its own words, so the tags of the two never meet); the kernels take the address
-// from MoeArgs::polled (awq_moe_m1_split.cuh says why).
-__device__ PolledH g_polled_h[2];
+// The polled hand-off (PolledH, awq_moe_m1_common.cuh): its one instance; the kernels take its
+// address from MoeArgs::polled (awq_moe_m1_split.cuh says why).
+__device__ PolledH g_polled_h;
 
 // Warp 0 of unit A (tile, route), lanes 0..15 holding h[16 tile + lane]: the even lanes publish
 // the pairs, each with the tag, in one 64-bit store.
@@ -137,14 +136,13 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 // kLateW2 (tuning runs, with kernel B's kW2AfterWait): prefetch the W2 share only once the
 // tile's W13 has landed instead of right after issuing it, so that W13 is served first.
 // kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag, or
-// kPublishEarlyCount (kernel A's own epoch, each unit counting itself in right after reading it),
-// or kPublishTagLate (tuning runs): kPublishTag with the epoch's value taken in only after warp
-// 0's dot products, so that warp 0 does not wait for that load before computing (the trace shows
-// warp 0 finishing last: its epoch load returns behind the CTA's weight stream).
+// kPublishTagEpochFirst (tuning runs): kPublishTag with the epoch loaded before ids, so that it
+// returns before the CTA's weight loads are issued instead of behind them (the trace of commit
+// 995b256: warp 0, which waits for it before its dot products, finishes them last in nearly
+// every CTA; moving that wait after the dot products only moved it).
 constexpr int kNoPublish = 0;
 constexpr int kPublishTag = 1;
-constexpr int kPublishEarlyCount = 2;
-constexpr int kPublishTagLate = 3;
+constexpr int kPublishTagEpochFirst = 2;
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
           bool kLateW2 = false, int kPublish = kNoPublish>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
@@ -168,26 +166,25 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     const int i = lane + 32 * j;
     if (i < kXChunks) xr[j] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
   }
+  constexpr bool kEpochFirst = kPublish == kPublishTagEpochFirst;
+  const unsigned epoch_first =
+      kEpochFirst && threadIdx.x == 0 ? load_relaxed_gpu(&a.polled->epoch) : 0u;
   const auto [slot, e, h_out, valid] = unit_route(a, tile, route);
   if (!valid) {
     if (kSignal && warp == 0) signal_h_ready(route, lane);
-    if ((kPublish == kPublishTag || kPublish == kPublishTagLate) && warp == 0) {
-      const unsigned tag = load_relaxed_gpu(&a.polled->epoch) + 1u;
-      publish_h(a.polled, route, tile, __float2half_rn(0.0f), tag, lane);
-    }
-    // Early count: kernel B does not poll an invalid route; the unit only counts itself in.
-    if (kPublish == kPublishEarlyCount && threadIdx.x == 0) {
-      count_in(&a.polled->a_arrived, &a.polled->a_epoch, kTiles13 * kRoutes,
-               load_relaxed_gpu(&a.polled->a_epoch));
+    if (kPublish != kNoPublish && warp == 0) {
+      const unsigned seen = kEpochFirst ? __shfl_sync(0xffffffffu, epoch_first, 0)
+                                        : load_relaxed_gpu(&a.polled->epoch);
+      publish_h(a.polled, route, tile, __float2half_rn(0.0f), seen + 1u, lane);
     }
     return;
   }
   // The tag is needed only at the end: its load is issued here and consumed (thread 0 stores it
   // to shared memory) after the weight loads are issued.
-  const unsigned epoch =
-      kPublish != kNoPublish && threadIdx.x == 0
-          ? load_relaxed_gpu(kPublish == kPublishEarlyCount ? &a.polled->a_epoch : &a.polled->epoch)
-          : 0u;
+  unsigned epoch = epoch_first;
+  if (!kEpochFirst && kPublish != kNoPublish && threadIdx.x == 0) {
+    epoch = load_relaxed_gpu(&a.polled->epoch);
+  }
   const LaneMap<kMma884> lm(lane);
   const uint4* codes = reinterpret_cast<const uint4*>(
       a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
@@ -201,12 +198,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   if (!kSignal && !kLateW2 && (a.diag & kDiagNoW2Prefetch) == 0) {
     prefetch_w2_share<kMeta3>(a, e, tile, threadIdx.x);
   }
-  if (kPublish != kNoPublish && kPublish != kPublishTagLate && threadIdx.x == 0) {
-    tag_s = epoch + 1u;  // the epoch's value is in: counting in now follows reading it
-    if (kPublish == kPublishEarlyCount) {
-      count_in(&a.polled->a_arrived, &a.polled->a_epoch, kTiles13 * kRoutes, epoch);
-    }
-  }
+  if (kPublish != kNoPublish && threadIdx.x == 0) tag_s = epoch + 1u;
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
     const int i = lane + 32 * j;
@@ -226,8 +218,6 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     }
     if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
   }
-  // The raw value (an add here would be scheduled right behind the load, so wait for it early).
-  if (kPublish == kPublishTagLate && threadIdx.x == 0) tag_s = epoch;
   store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
   trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
   __syncthreads();
@@ -240,9 +230,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 
   if (warp == 0) {
     const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
-    if (kPublish != kNoPublish) {  // kernel B polls it
-      publish_h(a.polled, route, tile, h, kPublish == kPublishTagLate ? tag_s + 1u : tag_s, lane);
-    }
+    if (kPublish != kNoPublish) publish_h(a.polled, route, tile, h, tag_s, lane);  // B polls it
     store_h(h, hs, h_out, lane);
     trace_stamp(slot, 3);  // h stored
     trace_flush(slot);
@@ -258,11 +246,6 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 constexpr int kWaited = 0;
 constexpr int kPolledThenWait = 1;
 constexpr int kPolledNoEndWait = 2;
-// kPolledEarlyCount (tuning runs, with kernel A's kPublishEarlyCount): kernel B's own epoch;
-// each unit counts itself in right after reading it (one thread, after a barrier), so no
-// atomic remains at its end, and polls only its valid routes; then waits for kernel A's
-// completion at its end like kPolledThenWait.
-constexpr int kPolledEarlyCount = 3;
 
 constexpr int kW2AtStart = 0;
 constexpr int kW2Delayed = 1;
@@ -289,7 +272,7 @@ constexpr int kW2AfterWait = 2;
 // kHandOff (polled): instead of `wait_for_h`, each warp polls its route's published h (PolledH),
 // every route whether valid or not (so that the call's last unit B arrives after every unit A
 // has published); then the unit counts itself in and, with kPolledThenWait, waits for kernel
-// A's completion at its very end. kPolledEarlyCount: see its definition.
+// A's completion at its very end.
 template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart,
           int kHandOff = kWaited, typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {
@@ -302,8 +285,6 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   __shared__ float wts[kRoutes];
   __shared__ int valid_s[kRoutes];
   __shared__ __align__(16) unsigned hsm[kHandOff != kWaited ? kRoutes : 1][kInter / 2];
-  __shared__ unsigned tag_s;
-  constexpr bool kEarly = kHandOff == kPolledEarlyCount;
 
   const int route = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -311,10 +292,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   trace_stamp(slot, 0);
   const int e = a.ids[route];
   const float weight = a.weights[route];  // read now: the combine at the end then waits for nothing
-  const unsigned seen = kHandOff != kWaited && (!kEarly || threadIdx.x == 0)
-                            ? load_relaxed_gpu(&a.polled->epoch)
-                            : 0u;
-  unsigned tag = seen + 1u;
+  const unsigned tag = kHandOff != kWaited ? load_relaxed_gpu(&a.polled->epoch) + 1u : 0u;
   const bool valid = route_is_valid(e, a.num_experts);
   const LaneMap<kMma884> lm(lane);
   GroupFrag<kMeta3> f[kG];
@@ -337,13 +315,6 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     wts[route] = weight;
     valid_s[route] = valid;
   }
-  if constexpr (kEarly) {
-    // Thread 0's epoch (its value in shared memory, so read) for every thread, then one count.
-    if (threadIdx.x == 0) tag_s = seen + 1u;
-    __syncthreads();
-    tag = tag_s;
-    if (threadIdx.x == 32) count_in(&a.polled->arrived, &a.polled->epoch, kTiles2, tag - 1u);
-  }
   GroupWeights q[kPreDequant > 0 ? kPreDequant : 1];
   if (kPreDequant > 0 && valid) {
 #pragma unroll
@@ -351,7 +322,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
   if constexpr (kHandOff != kWaited) {
-    if (valid || !kEarly) poll_h(a.polled, route, tag, hsm[route], lane);
+    poll_h(a.polled, route, tag, hsm[route], lane);
   } else if constexpr (kW2When != kW2AfterWait) {
     wait_for_h(route);
   }
@@ -394,7 +365,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   }
   __syncthreads();
   trace_stamp(slot, 5);  // every route's y in
-  if (kHandOff != kWaited && !kEarly && threadIdx.x == 32) {
+  if (kHandOff != kWaited && threadIdx.x == 32) {
     count_in(&a.polled->arrived, &a.polled->epoch, kTiles2, tag - 1u);
   }
 
@@ -410,7 +381,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   }
   trace_stamp(slot, 3);  // out stored
   trace_flush(slot);
-  if constexpr (kHandOff == kPolledThenWait || kEarly) pdl_wait_primary();
+  if constexpr (kHandOff == kPolledThenWait) pdl_wait_primary();
 }
 
 // ---------------------------------------------------------------------------------------------

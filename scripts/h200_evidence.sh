@@ -19,7 +19,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export QPNSERVE_BUILD_DIR=${QPNSERVE_BUILD_DIR:-/tmp/qb} PYTHONUNBUFFERED=1
 export QPNSERVE_TEST_BUILD_DIR=$QPNSERVE_BUILD_DIR
-CANDIDATE=${CANDIDATE:-polled-tag-late}
+CANDIDATE=${CANDIDATE:-polled-epoch-first}
 export QPNSERVE_GIT_COMMIT=${QPNSERVE_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 step() { echo; echo "=== $(date +%T) $*"; }
 # The tracing build (its own extension, scripts/op_trace.py) compiles meanwhile.

@@ -49,11 +49,8 @@ DIAG = {
     # completion; A does not prefetch W2
     "polled": 1 << 22,
     "polled-no-end-wait": (1 << 22) | (1 << 23),  # kernel B does not wait for A at its end
-    # each kernel keeps its own epoch and counts its units in at their start (no atomic at
-    # kernel B's end); kernel B polls only valid routes
-    "polled-early": (1 << 22) | (1 << 24),
-    # kernel A takes the epoch's value in only after warp 0's dot products
-    "polled-tag-late": (1 << 22) | (1 << 25),
+    # kernel A loads the epoch before ids, so that it does not return behind the weight stream
+    "polled-epoch-first": (1 << 22) | (1 << 26),
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,
