@@ -97,36 +97,46 @@ __device__ __forceinline__ unsigned long long global_ns() {
 
 constexpr int kTraceSlots = 256;
 constexpr int kTraceStamps = 16;
-constexpr int kTraceColumns = kTraceStamps + 1;  // the stamps, then the SM
+// The stamps, the SM, then the SM's cycle counter at each stamp (so that a slow interval can be
+// told apart from a slow clock).
+constexpr int kTraceColumns = 2 * kTraceStamps + 1;
 #ifdef QPN_TRACE
 // Stamps go to shared memory first and to g_trace once, at the unit's end (trace_flush): a
 // global store per stamp would queue behind the weight stream and delay what follows it.
 __device__ unsigned long long g_trace[kTraceSlots][kTraceColumns];
 __shared__ unsigned long long s_trace[kTraceStamps];
+__shared__ unsigned long long s_clock[kTraceStamps];
 __device__ __forceinline__ void trace_stamp(int, int k) {
   if (threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    unsigned long long t, c;
+    asm volatile("mov.u64 %0, %%globaltimer;\n\tmov.u64 %1, %%clock64;" : "=l"(t), "=l"(c));
     if (k == 0) {
 #pragma unroll
       for (int i = 1; i < kTraceStamps; ++i) s_trace[i] = 0;
     }
     s_trace[k] = t;
+    s_clock[k] = c;
   }
 }
 // A stamp taken only once `dep` is computed (an operand of the timer read), so that it marks
 // when that value (say an accumulator that needs a group's loads) was ready.
 __device__ __forceinline__ void trace_stamp_after(int, int k, float dep) {
   if (threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer; // %1" : "=l"(t) : "f"(dep));
+    unsigned long long t, c;
+    asm volatile("mov.u64 %0, %%globaltimer;\n\tmov.u64 %1, %%clock64; // %2"
+                 : "=l"(t), "=l"(c)
+                 : "f"(dep));
     s_trace[k] = t;
+    s_clock[k] = c;
   }
 }
 __device__ __forceinline__ void trace_flush(int slot) {
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int i = 0; i < kTraceStamps; ++i) g_trace[slot][i] = s_trace[i];
+    for (int i = 0; i < kTraceStamps; ++i) {
+      g_trace[slot][i] = s_trace[i];
+      g_trace[slot][kTraceStamps + 1 + i] = s_clock[i];
+    }
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     g_trace[slot][kTraceStamps] = sm + 1ull;
@@ -177,6 +187,7 @@ __device__ __forceinline__ __half swiglu_h(const float* part, int lane) {
     for (int p = 0; p < kParts; ++p) {
       gate += part[p * kTile + 2 * lane];
       up += part[p * kTile + 2 * lane + 1];
+      if (p == 0) trace_stamp_after(0, 5, gate + up);  // warp 0's first partial in
     }
     trace_stamp_after(0, 7, gate + up);  // warp 0's sums done
     const __half gate16 = __float2half_rn(gate);

@@ -281,11 +281,12 @@ void awq_moe_m1_out_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Te
 }
 
 #ifdef QPN_TRACE
-// Tracing builds only: copy the last call's timeline stamps and SMs into out (int64, 256 x 17).
+// Tracing builds only: copy the last call's timeline stamps, SMs and cycle counts into out
+// (int64, 256 x 33).
 void trace_read_cuda(at::Tensor& out) {
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kLong && out.is_contiguous() &&
                   out.numel() == qpn::kTraceSlots * qpn::kTraceColumns,
-              "qpnserve_trace::read: out must be a contiguous CUDA int64 tensor of 4352 elements");
+              "qpnserve_trace::read: out must be a contiguous CUDA int64 tensor of 8448 elements");
   const c10::cuda::CUDAGuard guard(out.device());
   C10_CUDA_CHECK(cudaMemcpyFromSymbolAsync(
       out.data_ptr(), qpn::g_trace, sizeof(qpn::g_trace), 0, cudaMemcpyDeviceToDevice,

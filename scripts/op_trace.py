@@ -3,8 +3,10 @@
     python scripts/op_trace.py [--layers 32] [--replays 20] [--paths auto,fused] [--derive]
 
 Builds csrc/ a second time with -DQPN_TRACE (a separate library in --build-dir, never the one
-`qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer at up to 16
-points of a call (csrc/awq_moe_m1_common.cuh, trace_stamp). It replays a CUDA graph of
+`qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer and %clock64 at up
+to 16 points of a call, and its SM (csrc/awq_moe_m1_common.cuh, trace_stamp; the cycle counts
+give the SM's clock rate between two points, which tells a slow step from a slow clock). It
+replays a CUDA graph of
 --layers calls like scripts/op_timing.py and reads the last call's stamps: a call in steady
 state, whose kernel A waited for the previous call's kernel B (or C). Times are in ns from
 the first unit A's start. For tuning runs on a GPU host; not a benchmark (the stamps cost a
@@ -26,7 +28,7 @@ from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
 
 UNITS_A, UNITS_B, STAMPS = 100, 80, 16
-COLUMNS = STAMPS + 1  # the stamps, then the unit's SM index + 1
+COLUMNS = 2 * STAMPS + 1  # the stamps, the unit's SM index + 1, the SM's cycle count per stamp
 # The stamps each form writes (csrc/awq_moe_m1_common.cuh, trace_stamp), by index, and the
 # indices of a unit A's last stamp and of a unit B's "out stored".
 POINTS = {
@@ -37,7 +39,7 @@ POINTS = {
             "dots done",
             "h stored",
             "(diag) warp 0's dots done",
-            "",
+            "(diag) warp 0's first partial in",
             "",
             "(diag) warp 0 sums done",
             "(diag) SwiGLU done",
@@ -53,6 +55,9 @@ POINTS = {
         ),
         3,
         3,
+        # the intervals whose SM clock rate is reported (stamp indices, in time order)
+        ((1, 4), (4, 5), (5, 7), (7, 3)),
+        ((1, 2), (2, 4), (4, 5), (5, 3)),
     ),
     "split": (
         (
@@ -76,6 +81,8 @@ POINTS = {
         ("start", "ready to wait", "wait over", "route 0 summed", "out stored"),
         6,
         4,
+        ((1, 2), (2, 3), (3, 4)),
+        ((2, 3), (3, 4)),
     ),
 }
 
@@ -118,9 +125,25 @@ def spread(values: list[int]) -> str:
     return f"{min(values):7d} {int(statistics.median(values)):7d} {max(values):7d}"
 
 
+def clock_rates(
+    stamps: list[list[int]], clocks: list[list[int]], pairs: tuple[tuple[int, int], ...]
+) -> str:
+    """Median SM cycles per ns over the units, for each interval between two stamps."""
+    parts = []
+    for k0, k1 in pairs:
+        rates = [
+            (c[k1] - c[k0]) / (t[k1] - t[k0])
+            for t, c in zip(stamps, clocks, strict=True)
+            if t[k0] and t[k1] and t[k1] > t[k0]
+        ]
+        parts.append(f"{k0}->{k1} {statistics.median(rates):.2f}" if rates else f"{k0}->{k1} -")
+    return ", ".join(parts)
+
+
 def report(table: torch.Tensor, form: str) -> None:
-    a_points, b_points, a_last, b_end = POINTS[form]
+    a_points, b_points, a_last, b_end, a_pairs, b_pairs = POINTS[form]
     sms = table[:, STAMPS].tolist()
+    clocks = table[:, STAMPS + 1 :].tolist()
     stamps = table[:, :STAMPS]
     t0 = int(stamps[:UNITS_A, 0].min())
     written = (stamps != 0).tolist()  # a point a variant does not stamp stays 0
@@ -147,6 +170,14 @@ def report(table: torch.Tensor, form: str) -> None:
             f"  unit A {label} ({len(rows)}): dots done {spread([r[2] for r in rows])}, "
             f"h stored {spread([r[a_last] for r in rows])}"
         )
+    # SM cycles per ns (GHz): the SM's clock when it ran at full speed, lower if it was slowed.
+    raw = stamps.tolist()
+    for unit, rows, pairs in (
+        ("A", slice(0, UNITS_A), a_pairs),
+        ("B", slice(UNITS_A, UNITS_A + UNITS_B), b_pairs),
+    ):
+        rates = clock_rates(raw[rows], clocks[rows], pairs)
+        print(f"  unit {unit} SM clock, GHz, by interval: {rates}")
     a_h = max(row[a_last] for row in a)
     b_wait = [row[2] for row in b]
     print(
