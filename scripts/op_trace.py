@@ -172,11 +172,11 @@ def report(table: torch.Tensor, form: str) -> None:
         )
     # SM cycles per ns (GHz): the SM's clock when it ran at full speed, lower if it was slowed.
     raw = stamps.tolist()
-    for unit, rows, pairs in (
+    for unit, span, pairs in (
         ("A", slice(0, UNITS_A), a_pairs),
         ("B", slice(UNITS_A, UNITS_A + UNITS_B), b_pairs),
     ):
-        rates = clock_rates(raw[rows], clocks[rows], pairs)
+        rates = clock_rates(raw[span], clocks[span], pairs)
         print(f"  unit {unit} SM clock, GHz, by interval: {rates}")
     a_h = max(row[a_last] for row in a)
     b_wait = [row[2] for row in b]

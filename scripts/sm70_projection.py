@@ -347,7 +347,7 @@ def project_kernel(
     for kind, n in kinds.items():
         pipe = PIPE_OF_KIND.get(kind)
         rate = PIPE_RATE.get(pipe) if pipe else None
-        if rate:
+        if pipe and rate:
             per_pipe = n * launch.grid_ctas * math.ceil(threads / 32)
             pipe_us[pipe] = pipe_us.get(pipe, 0.0) + per_pipe / (active_sms * rate) / clock_per_us
     hmma_ops = kinds.get("hmma", 0) * launch.grid_ctas * math.ceil(threads / 32)
