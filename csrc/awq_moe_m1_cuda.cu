@@ -70,6 +70,8 @@ constexpr int64_t kDiagPolled = int64_t{1} << 22;
 constexpr int64_t kDiagNoEndWait = int64_t{1} << 23;
 // with the polled hand-off: kernel A loads the epoch before ids (tuning run)
 constexpr int64_t kDiagEpochFirst = int64_t{1} << 26;
+// with the polled hand-off: kernel B's route combine loads all its operands at once (tuning run)
+constexpr int64_t kDiagFlatCombine = int64_t{1} << 27;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -79,7 +81,8 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled | kDiagNoEndWait | kDiagEpochFirst;
+                              kDiagPolled | kDiagNoEndWait | kDiagEpochFirst |
+                              kDiagFlatCombine;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -219,6 +222,10 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       if ((diag & kDiagEpochFirst) != 0) {
         kernel_a =
             qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTagEpochFirst>;
+      }
+      if ((diag & kDiagFlatCombine) != 0) {
+        kernel_b =
+            qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledFlatCombine>;
       }
     }
   }

@@ -246,6 +246,18 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 constexpr int kWaited = 0;
 constexpr int kPolledThenWait = 1;
 constexpr int kPolledNoEndWait = 2;
+// A shared-memory load issued where it stands (never moved under a condition by the compiler).
+__device__ __forceinline__ float load_shared_now(const float* p) {
+  float v;
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address) : "memory");
+  return v;
+}
+
+// kPolledFlatCombine (tuning runs): kPolledThenWait with the route combine loading every
+// route's validity, weight and y at once and selecting, instead of loading a route's weight and
+// y only once its validity is known (one dependent shared-memory step fewer at the very end).
+constexpr int kPolledFlatCombine = 3;
 
 constexpr int kW2AtStart = 0;
 constexpr int kW2Delayed = 1;
@@ -372,16 +384,32 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   if (threadIdx.x < kTile) {
     const int c = threadIdx.x;
     float acc = 0.0f;
+    if constexpr (kHandOff == kPolledFlatCombine) {
+      // The same sum in the same order; an invalid route's y (never stored) is loaded, not used.
+      // y through a volatile load: the compiler would otherwise load it only once its route is
+      // known to be valid, one shared-memory round trip later.
+      int v[kRoutes];
+      float w[kRoutes], y[kRoutes];
 #pragma unroll
-    for (int r = 0; r < kRoutes; ++r) {
-      // Invalid routes contribute exactly zero (skipped, so a NaN weight there cannot leak).
-      if (valid_s[r]) acc = fmaf(wts[r], ys[r * kTile + c], acc);
+      for (int r = 0; r < kRoutes; ++r) {
+        v[r] = valid_s[r];
+        w[r] = wts[r];
+        y[r] = load_shared_now(&ys[r * kTile + c]);
+      }
+#pragma unroll
+      for (int r = 0; r < kRoutes; ++r) acc = v[r] ? fmaf(w[r], y[r], acc) : acc;
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRoutes; ++r) {
+        // Invalid routes contribute exactly zero (skipped, so a NaN weight there cannot leak).
+        if (valid_s[r]) acc = fmaf(wts[r], ys[r * kTile + c], acc);
+      }
     }
     a.out[tile * kTile + c] = __float2half_rn(acc);
   }
   trace_stamp(slot, 3);  // out stored
   trace_flush(slot);
-  if constexpr (kHandOff == kPolledThenWait) pdl_wait_primary();
+  if constexpr (kHandOff == kPolledThenWait || kHandOff == kPolledFlatCombine) pdl_wait_primary();
 }
 
 // ---------------------------------------------------------------------------------------------

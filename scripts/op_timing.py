@@ -51,6 +51,9 @@ DIAG = {
     "polled-no-end-wait": (1 << 22) | (1 << 23),  # kernel B does not wait for A at its end
     # kernel A loads the epoch before ids, so that it does not return behind the weight stream
     "polled-epoch-first": (1 << 22) | (1 << 26),
+    # kernel B's route combine loads every route's validity, weight and y at once
+    "polled-flat-combine": (1 << 22) | (1 << 27),
+    "polled-next": (1 << 22) | (1 << 26) | (1 << 27),  # both
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

@@ -25,7 +25,7 @@ OP_PATH_NAMES = (
     "two-kernels",
     "split",
     "polled",
-    "polled-epoch-first",
+    "polled-next",
 )
 
 
@@ -55,7 +55,7 @@ def bench_op(
         help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
         " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
         " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
-        " polled-epoch-first: a tuning candidate of polled, sm_90).",
+        " polled-next: the tuning candidate of polled, sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

@@ -35,8 +35,9 @@ PATH_NO_PDL = 16  # a tuning bit of the path argument: plain launches on sm_90 t
 # wait by B. Their results must be the form's own.
 PATH_STAGED_1000 = 1024 | (4 << 18)
 PATH_LATE_W2 = 1 << 21
-# The polled hand-off's tuning candidate: kernel A loads the epoch before ids.
-PATH_EPOCH_FIRST = 1 << 26
+# The polled hand-off's tuning candidate: kernel A loads the epoch before ids, kernel B's
+# route combine loads all its operands at once.
+PATH_NEXT = (1 << 26) | (1 << 27)
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -44,7 +45,7 @@ PATHS = {
     "two_kernels_staged": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_STAGED_1000,
     "two_kernels_late_w2": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_LATE_W2,
     "two_kernels_polled": ops.PATH_MMA16816 | ops.PATH_POLLED,
-    "two_kernels_polled_epoch_first": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_EPOCH_FIRST,
+    "two_kernels_polled_next": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_NEXT,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -155,7 +156,7 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
         assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
 
 
-@pytest.mark.parametrize("variant", ["two_kernels_polled", "two_kernels_polled_epoch_first"])
+@pytest.mark.parametrize("variant", ["two_kernels_polled", "two_kernels_polled_next"])
 def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
     banks: ref.Banks, variant: str
 ) -> None:
