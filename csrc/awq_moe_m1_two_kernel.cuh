@@ -283,8 +283,8 @@ constexpr int kW2AfterWait = 2;
 // the wait, when kernel A (kLateW2) has prefetched them into L2 as its W13 landed.
 // kHandOff (polled): instead of `wait_for_h`, each warp polls its route's published h (PolledH),
 // every route whether valid or not (so that the call's last unit B arrives after every unit A
-// has published); then the unit counts itself in and, with kPolledThenWait, waits for kernel
-// A's completion at its very end.
+// has published); then the unit counts itself in and, with kPolledThenWait (and
+// kPolledFlatCombine), waits for kernel A's completion at its very end.
 template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart,
           int kHandOff = kWaited, typename WaitForH>
 __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, WaitForH wait_for_h) {

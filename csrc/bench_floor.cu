@@ -10,8 +10,9 @@
 //
 // Reading order: device helpers, kernels, launchers, registration. The device part includes only
 // pdl_device.cuh (itself without includes) so NVRTC can compile it for sm_70
-// (scripts/sm70_projection.py); the host part is skipped under NVRTC. This file is compiled only into CUDA builds of the extension: the
-// CPU build takes .cpp files and has neither op (the benchmark needs a GPU anyway).
+// (scripts/sm70_projection.py); the host part is skipped under NVRTC. This file is compiled
+// only into CUDA builds of the extension: the CPU build takes .cpp files and has neither op (the
+// benchmark needs a GPU anyway).
 
 #include "pdl_device.cuh"
 
