@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from op_timing import DIAG, PATHS, capture_layers, make_banks
 
+from qpnserve.kernels import ops
 from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
 
@@ -213,8 +214,7 @@ def main() -> None:
     for name in args.paths.split(","):
         path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
-        split = name in ("split", "split-no-pdl", "rolled-sums", "A-load-only", "A-stream-only")
-        form = "split" if split else "two-kernel"
+        form = "split" if path & ops.PATH_SPLIT else "two-kernel"  # the split form's bit
         report(traced_call(banks, path, args.replays, args.derive), form)
 
 
