@@ -6,11 +6,10 @@ Builds csrc/ a second time with -DQPN_TRACE (a separate library in --build-dir, 
 `qpnserve build` makes), so that thread 0 of every CTA writes %globaltimer and %clock64 at up
 to 16 points of a call, and its SM (csrc/awq_moe_m1_common.cuh, trace_stamp; the cycle counts
 give the SM's clock rate between two points, which tells a slow step from a slow clock). It
-replays a CUDA graph of
---layers calls like scripts/op_timing.py and reads the last call's stamps: a call in steady
-state, whose kernel A waited for the previous call's kernel B (or C). Times are in ns from
-the first unit A's start. For tuning runs on a GPU host; not a benchmark (the stamps cost a
-few instructions each).
+replays a CUDA graph of --layers calls like scripts/op_timing.py and reads the last call's
+stamps: a call in steady state, whose kernel A waited for the previous call's kernel B (or C).
+Times are in ns from the first unit A's start. For tuning runs on a GPU host; not a benchmark
+(the stamps cost a few instructions each).
 """
 
 from __future__ import annotations
