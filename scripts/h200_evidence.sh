@@ -20,8 +20,8 @@ fi
 export QPNSERVE_BUILD_DIR=${QPNSERVE_BUILD_DIR:-/tmp/qb} PYTHONUNBUFFERED=1
 export QPNSERVE_TEST_BUILD_DIR=$QPNSERVE_BUILD_DIR
 CANDIDATE=${CANDIDATE:-polled-next}
-# op_timing diags of the candidate's parts, timed beside it in the sweep
-PARTS=${PARTS:-polled-epoch-first,polled-flat-combine}
+# op_timing diags of the candidate's parts (comma-separated, none now), timed beside it
+PARTS=${PARTS:-}
 export QPNSERVE_GIT_COMMIT=${QPNSERVE_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 step() { echo; echo "=== $(date +%T) $*"; }
 # The tracing build (its own extension, scripts/op_trace.py) compiles meanwhile.
@@ -48,7 +48,7 @@ timeout 60 python3 -m qpnserve bench op --op-path mma884 --layers 8 --iters 20 -
   --json >"$OUT/bench_op_mma884.json"; echo "rc=$?"
 step "sweep (graph shaped like bench op's: the derive kernel before every layer)"
 timeout 300 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
-  --all-formats --diag "derive-only,floor,launch-only,$CANDIDATE,$PARTS,two-kernels,split"
+  --all-formats --diag "derive-only,floor,launch-only,$CANDIDATE${PARTS:+,$PARTS},two-kernels,split"
 step trace
 wait
 timeout 200 python3 scripts/op_trace.py --derive --paths "auto,$CANDIDATE" --build-dir /tmp/qt

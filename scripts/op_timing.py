@@ -49,11 +49,9 @@ DIAG = {
     # completion; A does not prefetch W2
     "polled": 1 << 22,
     "polled-no-end-wait": (1 << 22) | (1 << 23),  # kernel B does not wait for A at its end
-    # kernel A loads the epoch before ids, so that it does not return behind the weight stream
-    "polled-epoch-first": (1 << 22) | (1 << 26),
-    # kernel B's route combine loads every route's validity, weight and y at once
-    "polled-flat-combine": (1 << 22) | (1 << 27),
-    "polled-next": (1 << 22) | (1 << 26) | (1 << 27),  # both
+    # the tuning candidate: kernel A's warps 1.. run its closing step once with the stores off
+    # before the barrier, so that it is cached when warp 0 runs it
+    "polled-next": (1 << 22) | (1 << 26),
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

@@ -138,7 +138,7 @@ OP_PATHS = {
     "two-kernels": 1 | 256,
     "split": 1 | 4096,
     "polled": 1 | (1 << 22),
-    "polled-next": 1 | (1 << 22) | (1 << 26) | (1 << 27),
+    "polled-next": 1 | (1 << 22) | (1 << 26),
 }
 
 

@@ -35,9 +35,9 @@ PATH_NO_PDL = 16  # a tuning bit of the path argument: plain launches on sm_90 t
 # wait by B. Their results must be the form's own.
 PATH_STAGED_1000 = 1024 | (4 << 18)
 PATH_LATE_W2 = 1 << 21
-# The polled hand-off's tuning candidate: kernel A loads the epoch before ids, kernel B's
-# route combine loads all its operands at once.
-PATH_NEXT = (1 << 26) | (1 << 27)
+# The polled hand-off's tuning candidate: kernel A's warps 1.. run its closing step once with
+# the stores off before the barrier (a cache warm-up), warp 0 then for real.
+PATH_NEXT = 1 << 26
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
