@@ -200,17 +200,13 @@ __device__ __forceinline__ __half swiglu_h(const float* part, int lane) {
   return h;
 }
 
-// The end of a unit A, on warp 0: lanes 0..15's h to hs (shared) and h_out. `store` false: the
-// same instructions with the global store off (a warm-up pass).
-__device__ __forceinline__ void store_h(__half h, __half* hs, __half* h_out, int lane,
-                                        bool store = true) {
+// The end of a unit A, on warp 0: lanes 0..15's h to hs (shared) and h_out.
+__device__ __forceinline__ void store_h(__half h, __half* hs, __half* h_out, int lane) {
   if (lane < kTile / 2) hs[lane] = h;
   __syncwarp();
   trace_stamp(0, 9);
   // 16 values = 32 B: two 16 B stores.
-  if (store && lane < 2) {
-    reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
-  }
+  if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
 }
 
 template <int kParts, bool kRolled = false>

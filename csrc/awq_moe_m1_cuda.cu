@@ -68,9 +68,6 @@ constexpr int64_t kDiagPolled = int64_t{1} << 22;
 // with the polled hand-off: kernel B does not wait for kernel A's completion at its end (tuning
 // runs only: it measures what that wait costs)
 constexpr int64_t kDiagNoEndWait = int64_t{1} << 23;
-// with the polled hand-off (tuning runs): kernel A's warps 1.. run its closing step once with
-// the stores off before the barrier, so that it is cached when warp 0 runs it (kPublishTagWarm)
-constexpr int64_t kDiagWarmA = int64_t{1} << 26;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -80,7 +77,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled | kDiagNoEndWait | kDiagWarmA;
+                              kDiagPolled | kDiagNoEndWait;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -217,9 +214,6 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       warps_a = 16;
       a.polled = polled_address(device);
       a.diag |= qpn::kDiagNoW2Prefetch;
-      if ((diag & kDiagWarmA) != 0) {
-        kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTagWarm>;
-      }
     }
   }
   if ((diag & kDiagSkipA) == 0) {

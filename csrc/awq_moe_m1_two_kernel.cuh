@@ -49,12 +49,11 @@ __device__ PolledH g_polled_h;
 
 // Warp 0 of unit A (tile, route), lanes 0..15 holding h[16 tile + lane]: the even lanes publish
 // the pairs, each with the tag, in one 64-bit store.
-// `store` false: the same instructions with the store off (the warm-up pass of kPublishTagWarm).
 __device__ __forceinline__ void publish_h(PolledH* p, int route, int tile, __half h, unsigned tag,
-                                          int lane, bool store = true) {
+                                          int lane) {
   const unsigned mine = __half_as_ushort(h);
   const unsigned next = __shfl_down_sync(0xffffffffu, mine, 1);
-  if (store && lane < kTile / 2 && (lane & 1) == 0) {
+  if (lane < kTile / 2 && (lane & 1) == 0) {
     const unsigned long long word =
         (static_cast<unsigned long long>(tag) << 32) | (next << 16) | mine;
     store_relaxed_gpu(&p->words[route][tile * (kTile / 4) + lane / 2], word);
@@ -136,27 +135,9 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 // meaningless), which times kernel A's memory traffic alone.
 // kLateW2 (tuning runs, with kernel B's kW2AfterWait): prefetch the W2 share only once the
 // tile's W13 has landed instead of right after issuing it, so that W13 is served first.
-// kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag, or
-// kPublishTagWarm (tuning runs): kPublishTag with the unit's closing step (partial sums, SwiGLU,
-// publish, h store) run once early by the warps that finish first, on whatever shared memory
-// holds and with its stores off, so that what it touches first (instructions, constants) is in
-// the SM's caches when warp 0 runs it for real. The trace of commit bb9fd4f: the first
-// shared-memory load after the barrier returns 0.55-0.8 us after it (1,000-1,400 cycles at the
-// SM's clock), also with the unit alone on its SM, then the rest of the step runs at
-// instruction speed; with the step run once before (a first version, warp 0 running it before
-// its dot products) that load came 0.16 us after the barrier.
+// kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag.
 constexpr int kNoPublish = 0;
 constexpr int kPublishTag = 1;
-constexpr int kPublishTagWarm = 2;
-
-// The first pass of a warm-up loop, 0, as a value the compiler cannot see, so that the loop over
-// the passes stays one copy of its body (not peeled or specialized): the warm-up pass runs the
-// very instructions the real one will.
-__device__ __forceinline__ int opaque_first_pass() {
-  int pass;
-  asm volatile("mov.u32 %0, 0;" : "=r"(pass));
-  return pass;
-}
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
           bool kLateW2 = false, int kPublish = kNoPublish>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
@@ -180,12 +161,8 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     const int i = lane + 32 * j;
     if (i < kXChunks) xr[j] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
   }
-  // (named copies, not a structured binding: the closing step's lambda captures them)
-  const UnitRoute unit = unit_route(a, tile, route);
-  const int slot = unit.slot;
-  const int e = unit.expert;
-  __half* const h_out = unit.h_out;
-  if (!unit.valid) {
+  const auto [slot, e, h_out, valid] = unit_route(a, tile, route);
+  if (!valid) {
     if (kSignal && warp == 0) signal_h_ready(route, lane);
     if (kPublish != kNoPublish && warp == 0) {
       const unsigned seen = load_relaxed_gpu(&a.polled->epoch);
@@ -232,43 +209,21 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   }
   store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
   trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
+  __syncthreads();
+  trace_stamp(slot, 2);  // every warp's dot products done
+  if (kLateW2 && warp != 0) {
+    // All of the tile's W13 is in. Warps 1.. prefetch (warp 0 goes on to SwiGLU); the id is
+    // read again (from cache) rather than kept live through the loop at 64 registers.
+    prefetch_w2_share<kMeta3>(a, __ldcs(&a.ids[route]), tile, static_cast<int>(threadIdx.x) - 32);
+  }
 
-  // The closing step: once every warp's partials are in (barrier), warp 0 sums them, SwiGLU,
-  // publishes and stores h. `real` false: the same instructions with the stores off, run on
-  // whatever `part` holds (kPublishTagWarm's warm-up).
-  const auto closing = [&](bool real) {
-    if (real) {
-      __syncthreads();
-      trace_stamp(slot, 2);  // every warp's dot products done
-      if (kLateW2 && warp != 0) {
-        // All of the tile's W13 is in. Warps 1.. prefetch (warp 0 goes on to SwiGLU); the id
-        // is read again (from cache) rather than kept live through the loop at 64 registers.
-        prefetch_w2_share<kMeta3>(a, __ldcs(&a.ids[route]), tile,
-                                  static_cast<int>(threadIdx.x) - 32);
-      }
-    }
-    if (!real || warp == 0) {
-      const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
-      if (kPublish != kNoPublish) {
-        publish_h(a.polled, route, tile, h, tag_s, lane, real);  // kernel B polls it
-      }
-      store_h(h, hs, h_out, lane, real);
-      trace_stamp(slot, 3);  // h stored
-      if (real) trace_flush(slot);
-      if (kSignal) signal_h_ready(route, lane);
-    }
-  };
-  if constexpr (kPublish == kPublishTagWarm) {
-    // Warps 1.. (done before warp 0, which also waits for the epoch) run the closing step once
-    // with the stores off before the barrier, warp 0 only for real after it; the real pass ends
-    // the loop. Their warm-up stores to hs come before the barrier, warp 0's after: no race.
-#pragma unroll 1
-    for (int pass = warp == 0 ? 1 : opaque_first_pass();; ++pass) {
-      closing(pass != 0);
-      if (pass != 0) break;
-    }
-  } else {
-    closing(true);
+  if (warp == 0) {
+    const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
+    if (kPublish != kNoPublish) publish_h(a.polled, route, tile, h, tag_s, lane);  // B polls it
+    store_h(h, hs, h_out, lane);
+    trace_stamp(slot, 3);  // h stored
+    trace_flush(slot);
+    if (kSignal) signal_h_ready(route, lane);
   }
 }
 

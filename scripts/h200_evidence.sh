@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The evidence run on a GPU machine (used on one H200): build once, the GPU tests, `bench op`
-# for both metadata formats (the default and the tuning candidate, $CANDIDATE), the V100
+# for both metadata formats (the default, and a tuning candidate if $CANDIDATE names one), the V100
 # (m8n8k4) path's correctness, the tuning sweep that splits the op's time (with the split and
 # waiting two-kernel forms) and the traced timeline of one call. Run from the repository root;
 # results go to $OUT (default ./.out).
@@ -19,8 +19,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export QPNSERVE_BUILD_DIR=${QPNSERVE_BUILD_DIR:-/tmp/qb} PYTHONUNBUFFERED=1
 export QPNSERVE_TEST_BUILD_DIR=$QPNSERVE_BUILD_DIR
-CANDIDATE=${CANDIDATE:-polled-next}
-# op_timing diags of the candidate's parts (comma-separated, none now), timed beside it
+# A tuning candidate (a `bench op --op-path` name that op_timing.py and op_trace.py also know;
+# none by default) and op_timing diags of its parts (comma-separated), timed beside it.
+CANDIDATE=${CANDIDATE:-}
 PARTS=${PARTS:-}
 export QPNSERVE_GIT_COMMIT=${QPNSERVE_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 step() { echo; echo "=== $(date +%T) $*"; }
@@ -39,6 +40,7 @@ for fmt in 4byte 3byte; do
   step "bench op $fmt"
   timeout 120 python3 -m qpnserve bench op --format "$fmt" --layers 32 --iters 40 --rounds 2 \
     --json >"$OUT/bench_op_$fmt.json"; echo "rc=$?"
+  [ -n "$CANDIDATE" ] || continue
   step "bench op $fmt --op-path $CANDIDATE (the tuning candidate)"
   timeout 120 python3 -m qpnserve bench op --format "$fmt" --op-path "$CANDIDATE" --layers 32 \
     --iters 40 --rounds 2 --json >"$OUT/bench_op_${fmt}_candidate.json"; echo "rc=$?"
@@ -48,8 +50,8 @@ timeout 60 python3 -m qpnserve bench op --op-path mma884 --layers 8 --iters 20 -
   --json >"$OUT/bench_op_mma884.json"; echo "rc=$?"
 step "sweep (graph shaped like bench op's: the derive kernel before every layer)"
 timeout 300 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
-  --all-formats --diag "derive-only,floor,launch-only,$CANDIDATE${PARTS:+,$PARTS},two-kernels,split"
+  --all-formats --diag "derive-only,floor,launch-only${CANDIDATE:+,$CANDIDATE}${PARTS:+,$PARTS},two-kernels,split"
 step trace
 wait
-timeout 200 python3 scripts/op_trace.py --derive --paths "auto,$CANDIDATE" --build-dir /tmp/qt
+timeout 200 python3 scripts/op_trace.py --derive --paths "auto${CANDIDATE:+,$CANDIDATE}" --build-dir /tmp/qt
 step done

@@ -49,9 +49,6 @@ DIAG = {
     # completion; A does not prefetch W2
     "polled": 1 << 22,
     "polled-no-end-wait": (1 << 22) | (1 << 23),  # kernel B does not wait for A at its end
-    # the tuning candidate: kernel A's warps 1.. run its closing step once with the stores off
-    # before the barrier, so that it is cached when warp 0 runs it
-    "polled-next": (1 << 22) | (1 << 26),
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

@@ -25,7 +25,6 @@ OP_PATH_NAMES = (
     "two-kernels",
     "split",
     "polled",
-    "polled-next",
 )
 
 
@@ -54,8 +53,7 @@ def bench_op(
         "--op-path",
         help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
         " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
-        " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
-        " polled-next: the tuning candidate of polled, sm_90).",
+        " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion).",
     ),
     prefetch_floor: bool = typer.Option(
         False,
