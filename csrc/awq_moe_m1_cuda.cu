@@ -68,6 +68,9 @@ constexpr int64_t kDiagPolled = int64_t{1} << 22;
 // with the polled hand-off: kernel B does not wait for kernel A's completion at its end (tuning
 // runs only: it measures what that wait costs)
 constexpr int64_t kDiagNoEndWait = int64_t{1} << 23;
+// sm_90 with PDL (tuning runs): the fused polled form, one launch (fused_polled_kernel), where
+// all its CTAs can be resident; elsewhere the call takes the default path
+constexpr int64_t kForceFusedPolled = int64_t{1} << 26;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -77,7 +80,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled | kDiagNoEndWait;
+                              kDiagPolled | kDiagNoEndWait | kForceFusedPolled;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -86,22 +89,33 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
 // The fused and split forms stay available (PATH_FUSED, PATH_SPLIT).
 constexpr bool kPreferFused = false;
 
-// Whether all kFusedCtas CTAs of the fused kernel can be resident at once on this device (then
-// a B unit spinning on the arrival counter can never hold a slot an A unit needs).
-template <bool kMeta3>
-bool fused_fits(int device) {
+// Whether all `ctas` CTAs of a fused kernel can be resident at once on this device (then a unit
+// B spinning on what units A publish can never hold a slot a unit A needs). `cache` is the
+// kernel's own: 0 unknown, 1 no, 2 yes, per device.
+bool all_resident(const void* kernel, int threads, int ctas, int device,
+                  std::array<int, 64>& cache) {
   static std::mutex mu;
-  static std::array<int, 64> cache{};  // 0 unknown, 1 no, 2 yes
   std::lock_guard<std::mutex> lock(mu);
   if (device < 0 || device >= static_cast<int>(cache.size())) return false;
   if (cache[device] == 0) {
     int per_sm = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, qpn::fused_moe_kernel<kMeta3>, qpn::kFusedWarps * 32, 0));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
     const int sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
-    cache[device] = per_sm * sms >= qpn::kFusedCtas ? 2 : 1;
+    cache[device] = per_sm * sms >= ctas ? 2 : 1;
   }
   return cache[device] == 2;
+}
+template <bool kMeta3>
+bool fused_fits(int device) {
+  static std::array<int, 64> cache{};
+  return all_resident(reinterpret_cast<const void*>(qpn::fused_moe_kernel<kMeta3>),
+                      qpn::kFusedWarps * 32, qpn::kFusedCtas, device, cache);
+}
+template <bool kMeta3>
+bool fused_polled_fits(int device) {
+  static std::array<int, 64> cache{};
+  return all_resident(reinterpret_cast<const void*>(qpn::fused_polled_kernel<kMeta3>),
+                      qpn::kFusedPolledWarps * 32, qpn::kFusedCtas, device, cache);
 }
 
 // The device address of a __device__ object of this module (the split form's shares, the
@@ -158,6 +172,19 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
     const bool want_split = (diag & kForceSplit) != 0;
     if (want_split) {
       launch_split<kMeta3>(args, stream, device, cc_major, diag);
+      return;
+    }
+  }
+  if constexpr (!kUse884) {
+    // Pinned (tuning runs): the fused polled form where it has PDL and all its CTAs fit.
+    auto* fused_polled = qpn::fused_polled_kernel<kMeta3>;
+    if ((diag & kForceFusedPolled) != 0 && cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&
+        binary_has_pdl(fused_polled, device) && fused_polled_fits<kMeta3>(device)) {
+      qpn::MoeArgs a = args;
+      a.polled = polled_address(device);
+      a.diag |= qpn::kDiagNoW2Prefetch;
+      qpn_launch::launch(fused_polled, dim3(qpn::kFusedCtas), dim3(qpn::kFusedPolledWarps * 32),
+                         true, stream, a);
       return;
     }
   }

@@ -475,4 +475,33 @@ __global__ void __launch_bounds__(kFusedWarps * 32, 2) fused_moe_kernel(MoeArgs 
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Fused polled form (tuning runs, sm_90 with PDL): the two-kernel form's units in one launch of
+// kFusedCtas CTAs of 16 warps at 64 registers (two per SM, so all 180 are resident where
+// fused_polled_fits says so): CTAs [0, 100) run unit A and publish h as the polled form does,
+// CTAs [100, 180) run unit B with warps 0..9 (all of W2 dequantized after the poll: nothing
+// held back at 64 registers) while warps 10..15 only meet its one barrier. One grid instead of
+// two: what the second kernel's launch and completion cost (both kernels exiting right after
+// reading ids: 1.63 us net against the read floor's 0.91 with every id invalid) is what it
+// tries to save.
+constexpr int kFusedPolledWarps = 16;
+static_assert(kFusedPolledWarps >= kWarpsB, "unit B needs a warp per route");
+template <bool kMeta3>
+__global__ void __launch_bounds__(kFusedPolledWarps * 32, 2) fused_polled_kernel(MoeArgs a) {
+  pdl_wait_primary();  // ids and x are final after this (and the previous call has completed)
+  pdl_launch_dependents();
+  if (blockIdx.x < kFusedCtasA) {
+    w13_swiglu_unit<kMeta3, false, kFusedPolledWarps, false, false, false, kPublishTag>(
+        a, blockIdx.x % kTiles13, blockIdx.x / kTiles13);
+    return;
+  }
+  if (threadIdx.x >= kWarpsB * 32) {
+    __syncthreads();  // unit B's one barrier counts every thread of the CTA
+    return;
+  }
+  w2_combine_unit<kMeta3, false, 0, kW2AtStart, kPolledNoEndWait>(a, blockIdx.x - kFusedCtasA,
+                                                                   [](int) {});
+}
+
 }  // namespace qpn

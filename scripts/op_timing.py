@@ -49,6 +49,8 @@ DIAG = {
     # completion; A does not prefetch W2
     "polled": 1 << 22,
     "polled-no-end-wait": (1 << 22) | (1 << 23),  # kernel B does not wait for A at its end
+    # the polled form's units in one launch of 180 CTAs (one grid instead of two)
+    "fused-polled": 1 << 26,
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

@@ -25,6 +25,7 @@ OP_PATH_NAMES = (
     "two-kernels",
     "split",
     "polled",
+    "fused-polled",
 )
 
 
@@ -53,7 +54,8 @@ def bench_op(
         "--op-path",
         help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
         " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
-        " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion).",
+        " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
+        " fused-polled: the polled units in one launch, a tuning candidate, sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

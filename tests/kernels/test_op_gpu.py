@@ -35,6 +35,8 @@ PATH_NO_PDL = 16  # a tuning bit of the path argument: plain launches on sm_90 t
 # wait by B. Their results must be the form's own.
 PATH_STAGED_1000 = 1024 | (4 << 18)
 PATH_LATE_W2 = 1 << 21
+# The polled form's units in one launch (sm_90 with PDL; elsewhere the default path runs).
+PATH_FUSED_POLLED = 1 << 26
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -42,6 +44,7 @@ PATHS = {
     "two_kernels_staged": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_STAGED_1000,
     "two_kernels_late_w2": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_LATE_W2,
     "two_kernels_polled": ops.PATH_MMA16816 | ops.PATH_POLLED,
+    "fused_polled": ops.PATH_MMA16816 | PATH_FUSED_POLLED,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -152,8 +155,9 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
         assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
 
 
+@pytest.mark.parametrize("variant", ["two_kernels_polled", "fused_polled"])
 def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
-    banks: ref.Banks,
+    banks: ref.Banks, variant: str
 ) -> None:
     # Calls on one stream without a host sync between them, each on other inputs (one with every
     # id invalid): kernel B of a call must take that call's h, never the previous call's. The
@@ -166,7 +170,7 @@ def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
         if seed == 33:
             ids.fill_(-1)
         calls.append((x, ids, weights))
-    polled = [run_op(banks, *call, path=PATHS["two_kernels_polled"]) for call in calls]
+    polled = [run_op(banks, *call, path=PATHS[variant]) for call in calls]
     waited = [run_op(banks, *call, path=PATHS["two_kernels"]) for call in calls]
     torch.cuda.synchronize()
     for (p_out, p_inter), (w_out, w_inter) in zip(polled, waited, strict=True):
