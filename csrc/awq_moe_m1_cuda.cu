@@ -71,8 +71,6 @@ constexpr int64_t kDiagNoEndWait = int64_t{1} << 23;
 // sm_90 with PDL (tuning runs): the fused polled form, one launch (fused_polled_kernel), where
 // all its CTAs can be resident; elsewhere the call takes the default path
 constexpr int64_t kForceFusedPolled = int64_t{1} << 26;
-// with the polled hand-off (tuning runs): kernel B keeps two polls of h in flight, staggered
-constexpr int64_t kDiagStaggeredPoll = int64_t{1} << 27;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -82,8 +80,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled | kDiagNoEndWait | kForceFusedPolled |
-                              kDiagStaggeredPoll;
+                              kDiagPolled | kDiagNoEndWait | kForceFusedPolled;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -244,10 +241,6 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       warps_a = 16;
       a.polled = polled_address(device);
       a.diag |= qpn::kDiagNoW2Prefetch;
-      if ((diag & kDiagStaggeredPoll) != 0) {
-        kernel_b =
-            qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledStaggered>;
-      }
     }
   }
   if ((diag & kDiagSkipA) == 0) {

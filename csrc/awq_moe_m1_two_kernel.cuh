@@ -90,56 +90,6 @@ __device__ __forceinline__ void poll_h(const PolledH* p, int route, unsigned tag
   __syncwarp();
 }
 
-// Whether a warp's poll of h (two 16-byte loads per lane, see poll_h) found every word tagged.
-__device__ __forceinline__ bool all_tagged(const ulonglong2& v0, const ulonglong2& v1,
-                                           unsigned tag) {
-  const bool ok = (v0.x >> 32) == tag && (v0.y >> 32) == tag && (v1.x >> 32) == tag &&
-                  (v1.y >> 32) == tag;
-  return __all_sync(0xffffffffu, ok);
-}
-
-// poll_h with two polls in flight (kPolledStaggered, tuning runs): the second is issued
-// kPollStaggerNs after the first and each is reissued as soon as it returns untagged, so the
-// words are sampled twice per L2 round trip and h is seen about half a round trip sooner (the
-// trace: 0.45-0.6 us from the last h stored to the last unit B past its poll).
-constexpr unsigned kPollStaggerNs = 250;
-__device__ __forceinline__ void poll_h_staggered(const PolledH* p, int route, unsigned tag,
-                                                 unsigned* hs, int lane) {
-  constexpr int kWords = kInter / 2;
-  constexpr int kTail = (kWords - 64) / 2;  // lanes that read a second pair
-  const unsigned long long* w = p->words[route];
-  const unsigned long long fresh = static_cast<unsigned long long>(tag) << 32;
-  ulonglong2 a0, a1 = make_ulonglong2(fresh, fresh), b0, b1 = make_ulonglong2(fresh, fresh);
-  a0 = load_relaxed_gpu(w + 2 * lane);
-  if (lane < kTail) a1 = load_relaxed_gpu(w + 64 + 2 * lane);
-  const unsigned long long until = global_ns() + kPollStaggerNs;
-  while (global_ns() < until) {
-  }
-  b0 = load_relaxed_gpu(w + 2 * lane);
-  if (lane < kTail) b1 = load_relaxed_gpu(w + 64 + 2 * lane);
-  unsigned polls = 0;
-  for (;;) {
-    if (all_tagged(a0, a1, tag)) {
-      b0 = a0;
-      b1 = a1;
-      break;
-    }
-    a0 = load_relaxed_gpu(w + 2 * lane);
-    if (lane < kTail) a1 = load_relaxed_gpu(w + 64 + 2 * lane);
-    if (all_tagged(b0, b1, tag)) break;
-    b0 = load_relaxed_gpu(w + 2 * lane);
-    if (lane < kTail) b1 = load_relaxed_gpu(w + 64 + 2 * lane);
-    if (++polls > (1u << 21)) __trap();
-  }
-  hs[2 * lane] = static_cast<unsigned>(b0.x);
-  hs[2 * lane + 1] = static_cast<unsigned>(b0.y);
-  if (lane < kTail) {
-    hs[64 + 2 * lane] = static_cast<unsigned>(b1.x);
-    hs[65 + 2 * lane] = static_cast<unsigned>(b1.y);
-  }
-  __syncwarp();
-}
-
 // One unit of a call counts itself in (after reading `seen` from `epoch`, as every unit of the
 // call did); the last of `units` resets the count and advances the epoch, so no unit of this call
 // reads the new one.
@@ -285,7 +235,6 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 constexpr int kWaited = 0;
 constexpr int kPolledThenWait = 1;
 constexpr int kPolledNoEndWait = 2;
-constexpr int kPolledStaggered = 3;  // kPolledThenWait with poll_h_staggered (tuning runs)
 constexpr int kW2AtStart = 0;
 constexpr int kW2Delayed = 1;
 constexpr int kW2AfterWait = 2;
@@ -360,9 +309,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     for (int g = 0; g < kPreDequant; ++g) dequant_group<kMeta3>(q[g], f[g]);
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and, with PDL, dequantized)
-  if constexpr (kHandOff == kPolledStaggered) {
-    poll_h_staggered(a.polled, route, tag, hsm[route], lane);
-  } else if constexpr (kHandOff != kWaited) {
+  if constexpr (kHandOff != kWaited) {
     poll_h(a.polled, route, tag, hsm[route], lane);
   } else if constexpr (kW2When != kW2AfterWait) {
     wait_for_h(route);
@@ -422,7 +369,7 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
   }
   trace_stamp(slot, 3);  // out stored
   trace_flush(slot);
-  if constexpr (kHandOff == kPolledThenWait || kHandOff == kPolledStaggered) pdl_wait_primary();
+  if constexpr (kHandOff == kPolledThenWait) pdl_wait_primary();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -489,12 +436,8 @@ constexpr int kCappedPreDequant = 3;
 template <bool kMeta3, int kW2When = kW2AtStart, int kHandOff = kWaited>
 __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
     w2_combine_capped_kernel(MoeArgs a) {
-  // (the staggered poll's second pair of loads takes the registers of two pre-dequantized groups)
-  w2_combine_body<kMeta3, false,
-                  kW2When == kW2AfterWait         ? 0
-                  : kHandOff == kPolledStaggered ? kCappedPreDequant - 2
-                                                 : kCappedPreDequant,
-                  kW2When, kHandOff>(a);
+  w2_combine_body<kMeta3, false, kW2When == kW2AfterWait ? 0 : kCappedPreDequant, kW2When,
+                  kHandOff>(a);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -51,8 +51,6 @@ DIAG = {
     "polled-no-end-wait": (1 << 22) | (1 << 23),  # kernel B does not wait for A at its end
     # the polled form's units in one launch of 180 CTAs (one grid instead of two)
     "fused-polled": 1 << 26,
-    # kernel B keeps two polls of h in flight, the second 250 ns after the first
-    "polled-staggered": (1 << 22) | (1 << 27),
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

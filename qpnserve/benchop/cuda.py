@@ -139,7 +139,6 @@ OP_PATHS = {
     "split": 1 | 4096,
     "polled": 1 | (1 << 22),
     "fused-polled": 1 | (1 << 26),
-    "polled-staggered": 1 | (1 << 22) | (1 << 27),
 }
 
 
@@ -151,8 +150,7 @@ def cuda_ops(
     op_path pins the op's path: "mma884" runs the V100 path on a newer GPU; "fused",
     "two-kernels" (kernel B waiting for kernel A's completion), "split", "polled" (kernel B
     polling h, the sm_90 default) pin the launch form on sm_80+, "fused-polled" (the polled
-    units in one launch) and "polled-staggered" (two polls of h in flight), tuning candidates,
-    on sm_90 (OP_PATHS).
+    units in one launch, a tuning candidate) on sm_90 (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

@@ -37,8 +37,6 @@ PATH_STAGED_1000 = 1024 | (4 << 18)
 PATH_LATE_W2 = 1 << 21
 # The polled form's units in one launch (sm_90 with PDL; elsewhere the default path runs).
 PATH_FUSED_POLLED = 1 << 26
-# The polled form with kernel B keeping two polls of h in flight (sm_90 with PDL).
-PATH_STAGGERED = 1 << 27
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -47,7 +45,6 @@ PATHS = {
     "two_kernels_late_w2": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_LATE_W2,
     "two_kernels_polled": ops.PATH_MMA16816 | ops.PATH_POLLED,
     "fused_polled": ops.PATH_MMA16816 | PATH_FUSED_POLLED,
-    "two_kernels_polled_staggered": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_STAGGERED,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -158,9 +155,7 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
         assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
 
 
-@pytest.mark.parametrize(
-    "variant", ["two_kernels_polled", "fused_polled", "two_kernels_polled_staggered"]
-)
+@pytest.mark.parametrize("variant", ["two_kernels_polled", "fused_polled"])
 def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
     banks: ref.Banks, variant: str
 ) -> None:
