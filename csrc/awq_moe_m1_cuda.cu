@@ -174,8 +174,6 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       launch_split<kMeta3>(args, stream, device, cc_major, diag);
       return;
     }
-  }
-  if constexpr (!kUse884) {
     // Pinned (tuning runs): the fused polled form where it has PDL and all its CTAs fit.
     auto* fused_polled = qpn::fused_polled_kernel<kMeta3>;
     if ((diag & kForceFusedPolled) != 0 && cc_major >= 9 && (diag & kDiagNoPdl) == 0 &&

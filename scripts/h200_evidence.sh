@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The evidence run on a GPU machine (used on one H200): build once, the GPU tests, `bench op`
-# for both metadata formats (the default, and a tuning candidate if $CANDIDATE names one), the V100
-# (m8n8k4) path's correctness, the tuning sweep that splits the op's time (with the split and
+# for both metadata formats (the default, and a tuning candidate if $CANDIDATE names one), the
+# V100 (m8n8k4) path's correctness, the tuning sweep that splits the op's time (with the split and
 # waiting two-kernel forms) and the traced timeline of one call. Run from the repository root;
 # results go to $OUT (default ./.out).
 #   QPNSERVE_GIT_COMMIT=<commit> bash scripts/h200_evidence.sh
@@ -50,8 +50,10 @@ timeout 60 python3 -m qpnserve bench op --op-path mma884 --layers 8 --iters 20 -
   --json >"$OUT/bench_op_mma884.json"; echo "rc=$?"
 step "sweep (graph shaped like bench op's: the derive kernel before every layer)"
 timeout 300 python3 scripts/op_timing.py --derive --layers 32 --iters 100 --paths auto \
-  --all-formats --diag "derive-only,floor,launch-only${CANDIDATE:+,$CANDIDATE}${PARTS:+,$PARTS},two-kernels,split"
+  --all-formats \
+  --diag "derive-only,floor,launch-only${CANDIDATE:+,$CANDIDATE}${PARTS:+,$PARTS},two-kernels,split"
 step trace
 wait
-timeout 200 python3 scripts/op_trace.py --derive --paths "auto${CANDIDATE:+,$CANDIDATE}" --build-dir /tmp/qt
+timeout 200 python3 scripts/op_trace.py --derive --paths "auto${CANDIDATE:+,$CANDIDATE}" \
+  --build-dir /tmp/qt
 step done
