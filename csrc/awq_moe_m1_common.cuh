@@ -93,9 +93,10 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // Timeline stamps, in tracing builds only (-DQPN_TRACE, `scripts/op_trace.py`): thread 0 of every
 // CTA writes %globaltimer at up to 16 points of the call, slot = route * 10 + tile for units A,
 // 100 + tile for units B, and after them its SM's index + 1 (which units share an SM); each call
-// overwrites the previous one's.
+// overwrites the previous one's. Slots: 100 units A, then up to 160 units B (the 16-column
+// kernel B).
 
-constexpr int kTraceSlots = 256;
+constexpr int kTraceSlots = 272;
 constexpr int kTraceStamps = 16;
 // The stamps, the SM, then the SM's cycle counter at each stamp (so that a slow interval can be
 // told apart from a slow clock).

@@ -71,6 +71,9 @@ constexpr int64_t kDiagNoEndWait = int64_t{1} << 23;
 // sm_90 with PDL (tuning runs): the fused polled form, one launch (fused_polled_kernel), where
 // all its CTAs can be resident; elsewhere the call takes the default path
 constexpr int64_t kForceFusedPolled = int64_t{1} << 26;
+// with the polled hand-off (tuning runs): kernel B of 16-column tiles, 160 CTAs
+// (w2_combine16_kernel) instead of 80 of 32 columns
+constexpr int64_t kDiagB16 = int64_t{1} << 27;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -80,7 +83,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled | kDiagNoEndWait | kForceFusedPolled;
+                              kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB16;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -207,6 +210,7 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
   auto* kernel_b = use_pdl ? qpn::w2_combine_kernel<kMeta3, kUse884, qpn::kGroups2>
                            : qpn::w2_combine_kernel<kMeta3, kUse884, 0>;
   int warps_a = qpn::warps_a(kUse884);
+  int ctas_b = qpn::kTiles2;
   if (!kUse884) {
     if (use_pdl) {
       kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2>;
@@ -236,6 +240,10 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       kernel_b = (diag & kDiagNoEndWait) != 0
                      ? qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledNoEndWait>
                      : qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledThenWait>;
+      if (diag & kDiagB16) {
+        kernel_b = qpn::w2_combine16_kernel<kMeta3>;
+        ctas_b = qpn::kTiles2x16;
+      }
       warps_a = 16;
       a.polled = polled_address(device);
       a.diag |= qpn::kDiagNoW2Prefetch;
@@ -246,7 +254,7 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
                        stream, a);
   }
   if ((diag & kDiagSkipB) == 0) {
-    qpn_launch::launch(kernel_b, dim3(qpn::kTiles2), dim3(qpn::kWarpsB * 32), use_pdl, stream, a);
+    qpn_launch::launch(kernel_b, dim3(ctas_b), dim3(qpn::kWarpsB * 32), use_pdl, stream, a);
   }
 }
 
@@ -301,11 +309,11 @@ void awq_moe_m1_out_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Te
 
 #ifdef QPN_TRACE
 // Tracing builds only: copy the last call's timeline stamps, SMs and cycle counts into out
-// (int64, 256 x 33).
+// (int64, kTraceSlots x kTraceColumns = 272 x 33).
 void trace_read_cuda(at::Tensor& out) {
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kLong && out.is_contiguous() &&
                   out.numel() == qpn::kTraceSlots * qpn::kTraceColumns,
-              "qpnserve_trace::read: out must be a contiguous CUDA int64 tensor of 8448 elements");
+              "qpnserve_trace::read: out must be a contiguous CUDA int64 tensor of 8976 elements");
   const c10::cuda::CUDAGuard guard(out.device());
   C10_CUDA_CHECK(cudaMemcpyFromSymbolAsync(
       out.data_ptr(), qpn::g_trace, sizeof(qpn::g_trace), 0, cudaMemcpyDeviceToDevice,

@@ -131,18 +131,19 @@ struct ColumnMeta<false> {
   unsigned rec[4];
   __device__ __forceinline__ explicit ColumnMeta(const uint4& m) : rec{m.x, m.y, m.z, m.w} {}
 };
+// Two 3-byte records' zero points (one byte each, in the low byte of each half of `bits`, the
+// rest masked off) as exact halves.
+__device__ __forceinline__ __half2 zero_points3(unsigned bits) {
+  return __hsub2(bits_h2(and_or<0x00ff00ffu, 0x64006400u>(bits)), bits_h2(0x64006400u));
+}
 template <>
 struct ColumnMeta<true> {
   __half2 s01, s23, b01, b23;  // (column 0, column 1) and (column 2, column 3)
   __device__ __forceinline__ explicit ColumnMeta(const uint4& m) {
-    const __half2 k1024 = bits_h2(0x64006400u);
     s01 = bits_h2(__byte_perm(m.x, m.y, 0x4310));  // bytes 0, 1 | 3, 4
     s23 = bits_h2(__byte_perm(m.y, m.z, 0x6532));  // bytes 6, 7 | 9, 10
-    // zero points (bytes 2 | 5 and 8 | 11) in the low byte of each half, the rest masked off
-    const unsigned z01_bits = and_or<0x00ff00ffu, 0x64006400u>(__byte_perm(m.x, m.y, 0x0502));
-    const unsigned z23_bits = and_or<0x00ff00ffu, 0x64006400u>(__byte_perm(m.z, 0, 0x0300));
-    const __half2 z01 = __hsub2(bits_h2(z01_bits), k1024);
-    const __half2 z23 = __hsub2(bits_h2(z23_bits), k1024);
+    const __half2 z01 = zero_points3(__byte_perm(m.x, m.y, 0x0502));  // bytes 2 | 5
+    const __half2 z23 = zero_points3(__byte_perm(m.z, 0, 0x0300));    // bytes 8 | 11
     b01 = __hmul2(z01, __hneg2(s01));
     b23 = __hmul2(z23, __hneg2(s23));
   }
@@ -392,6 +393,70 @@ __device__ __forceinline__ float mma_half(const HalfWeights& q, uint2 hv, int la
   const float v0 = odd ? d[0][2] : d[0][0];
   const float v1 = odd ? d[1][2] : d[1][0];
   return (lane & 2) ? v1 : v0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 16-column tiles (kernel B of the polled form with 160 CTAs, sm_80+): half of a bank tile.
+// Lane (g, t) takes the half's columns 2g and 2g + 1 at k block t: two adjacent words of a 16 B
+// block, one 8-byte load, so a warp's 32 loads cover the half's 256 B of the group. One
+// m16n8k16 pair per group covers the 16 columns: row g is column 2g, row g + 8 column 2g + 1,
+// with the k binding of mma_group, so every column's FP32 sum is bit for bit the one its
+// 32-column tile gives it.
+
+constexpr int kCols16 = kTile / 2;
+
+template <bool kMeta3>
+struct Cols16Frag {
+  uint2 codes;  // the words of columns 2g, 2g + 1 at k block t
+  uint2 meta;   // their records: 4-byte, one per word; 3-byte, 6 bytes from the low end
+};
+
+// codes: the expert's tile words + this half's offset, at the slice's group 0 (uint2 units);
+// meta: byte pointer to the records of (group 0, the lane's column 2g of the half).
+template <bool kMeta3>
+__device__ __forceinline__ void load_cols16(Cols16Frag<kMeta3>& f, const uint2* codes,
+                                            const unsigned char* meta, int meta_group_bytes,
+                                            int g, int lane) {
+  f.codes = __ldcs(codes + g * (kGroupTileWords / 2) + 16 * (lane & 3) + (lane >> 2));
+  const unsigned char* m = meta + g * meta_group_bytes;
+  if constexpr (kMeta3) {
+    // 6 bytes at an even offset: the aligned 8 bytes around them, shifted down by 2 where the
+    // offset is 2 mod 4 (odd g). The 8 bytes never pass the tile's records (the last pair ends
+    // at byte 96 of the tile, a 4-byte boundary).
+    const unsigned long long at = reinterpret_cast<unsigned long long>(m);
+    const unsigned* p = reinterpret_cast<const unsigned*>(at & ~3ull);
+    const unsigned lo = __ldcs(p), hi = __ldcs(p + 1);
+    const unsigned sel = (at & 2) ? 0x5432u : 0x3210u;
+    f.meta = make_uint2(__byte_perm(lo, hi, sel), (at & 2) ? hi >> 16 : hi);
+  } else {
+    f.meta = __ldcs(reinterpret_cast<const uint2*>(m));
+  }
+}
+
+// The two columns' weights: w[i] = the 4 half2 weights of word i (k order).
+struct Cols16Weights {
+  unsigned w[2][4];
+};
+
+template <bool kMeta3>
+__device__ __forceinline__ void dequant_cols16(Cols16Weights& q, const Cols16Frag<kMeta3>& f) {
+  if constexpr (kMeta3) {
+    const __half2 s = bits_h2(__byte_perm(f.meta.x, f.meta.y, 0x4310));  // bytes 0, 1 | 3, 4
+    const __half2 b = __hmul2(zero_points3(__byte_perm(f.meta.x, f.meta.y, 0x0502)), __hneg2(s));
+    dequant_word(f.codes.x, __low2half2(s), __low2half2(b), q.w[0]);
+    dequant_word(f.codes.y, __high2half2(s), __high2half2(b), q.w[1]);
+  } else {
+    const __half2 r0 = bits_h2(f.meta.x), r1 = bits_h2(f.meta.y);
+    dequant_word(f.codes.x, __low2half2(r0), __high2half2(r0), q.w[0]);
+    dequant_word(f.codes.y, __low2half2(r1), __high2half2(r1), q.w[1]);
+  }
+}
+
+// d += the group's 16 columns x 32 k times hv = act[8 t .. 8 t + 7]: d[0] is column 2g, d[2]
+// column 2g + 1.
+__device__ __forceinline__ void mma_cols16(float (&d)[4], const Cols16Weights& q, const uint4& hv) {
+  mma_m16n8k16(d, q.w[0][0], q.w[1][0], q.w[0][1], q.w[1][1], hv.x, hv.y);
+  mma_m16n8k16(d, q.w[0][2], q.w[1][2], q.w[0][3], q.w[1][3], hv.z, hv.w);
 }
 
 __device__ __forceinline__ bool route_is_valid(int e, int num_experts) {

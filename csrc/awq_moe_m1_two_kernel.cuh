@@ -239,6 +239,23 @@ constexpr int kW2AtStart = 0;
 constexpr int kW2Delayed = 1;
 constexpr int kW2AfterWait = 2;
 
+// The end of a unit B: threads 0 .. kCols - 1 combine the routes' y (FP16 values in FP32,
+// ys[route][column]) in router order and store output tile `tile` of kCols columns.
+template <int kCols>
+__device__ __forceinline__ void combine_routes(const float* ys, const float* wts,
+                                               const int* valid_s, __half* out, int tile) {
+  if (threadIdx.x < kCols) {
+    const int c = threadIdx.x;
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRoutes; ++r) {
+      // Invalid routes contribute exactly zero (skipped, so a NaN weight there cannot leak).
+      if (valid_s[r]) acc = fmaf(wts[r], ys[r * kCols + c], acc);
+    }
+    out[tile * kCols + c] = __float2half_rn(acc);
+  }
+}
+
 // Unit B: W2 of all routes for one 32-column output tile, then the router-weighted sum.
 // kWarpsB warps; warp r handles route r. `wait_for_h(r)` runs after the W2 loads are issued and
 // before h_r is read (PDL in the two-kernel form, the route's counter in the fused form).
@@ -357,19 +374,82 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
     count_in(&a.polled->arrived, &a.polled->epoch, kTiles2, tag - 1u);
   }
 
-  if (threadIdx.x < kTile) {
-    const int c = threadIdx.x;
-    float acc = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kRoutes; ++r) {
-      // Invalid routes contribute exactly zero (skipped, so a NaN weight there cannot leak).
-      if (valid_s[r]) acc = fmaf(wts[r], ys[r * kTile + c], acc);
-    }
-    a.out[tile * kTile + c] = __float2half_rn(acc);
-  }
+  combine_routes<kTile>(ys, wts, valid_s, a.out, tile);
   trace_stamp(slot, 3);  // out stored
   trace_flush(slot);
   if constexpr (kHandOff == kPolledThenWait) pdl_wait_primary();
+}
+
+// Unit B of 16 columns (the polled form's kernel B with 160 CTAs, sm_90 with PDL): W2 of all
+// routes for one 16-column output tile, then the router-weighted sum. Against the 32-column
+// unit: half the W2 bytes per CTA, so the 160 CTAs spread W2 over more SMs (one beside each
+// unit A, the rest two to an SM); half the registers of W2 per warp, so all five groups are
+// dequantized before the poll and only 10 MMAs remain after it. Each column's sums are bit for
+// bit the 32-column unit's (mma_cols16).
+constexpr int kTiles2x16 = kHidden / kCols16;  // 160
+
+template <bool kMeta3>
+__device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
+  constexpr int kRecordBytes = kMeta3 ? 3 : 4;
+  __shared__ float ys[kRoutes * kCols16];
+  __shared__ float wts[kRoutes];
+  __shared__ int valid_s[kRoutes];
+  __shared__ __align__(16) unsigned hsm[kRoutes][kInter / 2];
+
+  const int route = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int slot = kTiles13 * kRoutes + tile;
+  trace_stamp(slot, 0);
+  const int e = a.ids[route];
+  const float weight = a.weights[route];
+  const unsigned tag = load_relaxed_gpu(&a.polled->epoch) + 1u;
+  const bool valid = route_is_valid(e, a.num_experts);
+  Cols16Weights q[kGroups2];
+  if (valid) {
+    // The bank's 32-column tile tile / 2, its half tile & 1 (words 16 .. 31 of each k block).
+    const uint2* codes = reinterpret_cast<const uint2*>(
+        a.w2 + static_cast<long long>(e) * kWords2 + (tile / 2) * (kInter / 8) * kTile +
+        (tile & 1) * kCols16);
+    const unsigned char* meta =
+        static_cast<const unsigned char*>(a.s2) +
+        (static_cast<long long>(e) * kGroups2 * kHidden + tile * kCols16 + 2 * (lane >> 2)) *
+            kRecordBytes;
+    Cols16Frag<kMeta3> f[kGroups2];
+#pragma unroll
+    for (int g = 0; g < kGroups2; ++g) {
+      load_cols16(f[g], codes, meta, kHidden * kRecordBytes, g, lane);
+    }
+#pragma unroll
+    for (int g = 0; g < kGroups2; ++g) dequant_cols16<kMeta3>(q[g], f[g]);
+  }
+  if (lane == 0) {
+    wts[route] = weight;
+    valid_s[route] = valid;
+  }
+  trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and dequantized)
+  poll_h(a.polled, route, tag, hsm[route], lane);
+  trace_stamp(slot, 2);  // h in
+
+  if (valid) {
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int g = 0; g < kGroups2; ++g) {
+      mma_cols16(d, q[g], reinterpret_cast<const uint4*>(hsm[route])[4 * g + (lane & 3)]);
+    }
+    trace_stamp_after(slot, 4, d[0]);  // route 0's y summed
+    // y_route = fp16(FP32 sum over k): lanes (g, 0) hold columns 2g and 2g + 1.
+    if ((lane & 3) == 0) {
+      ys[route * kCols16 + (lane >> 1)] = __half2float(__float2half_rn(d[0]));
+      ys[route * kCols16 + (lane >> 1) + 1] = __half2float(__float2half_rn(d[2]));
+    }
+  }
+  __syncthreads();
+  trace_stamp(slot, 5);  // every route's y in
+  if (threadIdx.x == 32) count_in(&a.polled->arrived, &a.polled->epoch, kTiles2x16, tag - 1u);
+  combine_routes<kCols16>(ys, wts, valid_s, a.out, tile);
+  trace_stamp(slot, 3);  // out stored
+  trace_flush(slot);
+  pdl_wait_primary();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -438,6 +518,18 @@ __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
     w2_combine_capped_kernel(MoeArgs a) {
   w2_combine_body<kMeta3, false, kW2When == kW2AfterWait ? 0 : kCappedPreDequant, kW2When,
                   kHandOff>(a);
+}
+
+// Kernel B of 16 columns (w2_combine16_unit): grid (kTiles2x16), kWarpsB * 32 threads, at most
+// 80 registers like the capped kernel B, so one CTA fits beside each kernel A CTA.
+template <bool kMeta3>
+__global__ void QPN_B_CAPPED_BOUNDS(80) w2_combine16_kernel(MoeArgs a) {
+  if (a.diag & kDiagLaunchOnly) {
+    if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
+    return;
+  }
+  pdl_launch_dependents();  // it waits for kernel A's completion at its end
+  w2_combine16_unit<kMeta3>(a, blockIdx.x);
 }
 
 // ---------------------------------------------------------------------------------------------

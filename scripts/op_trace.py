@@ -27,7 +27,9 @@ from qpnserve.kernels import ops
 from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
 
-UNITS_A, UNITS_B, STAMPS = 100, 80, 16
+UNITS_A, STAMPS = 100, 16
+SLOTS = 272  # kTraceSlots: units A, then units B (80, or 160 with the 16-column kernel B)
+B16 = 1 << 27  # op_timing's "polled-b16" bit: kernel B of 16-column tiles
 COLUMNS = 2 * STAMPS + 1  # the stamps, the unit's SM index + 1, the SM's cycle count per stamp
 # The stamps each form writes (csrc/awq_moe_m1_common.cuh, trace_stamp), by index, and the
 # indices of a unit A's last stamp and of a unit B's "out stored".
@@ -113,10 +115,10 @@ def traced_call(
     graph, _tensors = capture_layers(banks, path, derive)
     for _ in range(replays):
         graph.replay()
-    stamps = torch.zeros(256 * COLUMNS, dtype=torch.int64, device="cuda")
+    stamps = torch.zeros(SLOTS * COLUMNS, dtype=torch.int64, device="cuda")
     torch.ops.qpnserve_trace.read(stamps)
     torch.cuda.synchronize()
-    return stamps.view(256, COLUMNS).cpu()
+    return stamps.view(SLOTS, COLUMNS).cpu()
 
 
 def spread(values: list[int]) -> str:
@@ -140,7 +142,7 @@ def clock_rates(
     return ", ".join(parts)
 
 
-def report(table: torch.Tensor, form: str) -> None:
+def report(table: torch.Tensor, form: str, units_b: int = 80) -> None:
     a_points, b_points, a_last, b_end, a_pairs, b_pairs = POINTS[form]
     sms = table[:, STAMPS].tolist()
     clocks = table[:, STAMPS + 1 :].tolist()
@@ -148,7 +150,7 @@ def report(table: torch.Tensor, form: str) -> None:
     t0 = int(stamps[:UNITS_A, 0].min())
     written = (stamps != 0).tolist()  # a point a variant does not stamp stays 0
     a = (stamps[:UNITS_A] - t0).tolist()
-    b = (stamps[UNITS_A : UNITS_A + UNITS_B] - t0).tolist()
+    b = (stamps[UNITS_A : UNITS_A + units_b] - t0).tolist()
     print(f"  {'point (ns from the first unit A start)':44} {'min':>7} {'median':>7} {'max':>7}")
     for k, name in enumerate(a_points):
         values = [row[k] for i, row in enumerate(a) if written[i][k]]
@@ -158,11 +160,11 @@ def report(table: torch.Tensor, form: str) -> None:
         values = [row[k] for i, row in enumerate(b) if written[UNITS_A + i][k]]
         if name:
             print(f"  unit B {name:37} {spread(values)}")
-    if not any(written[UNITS_A + i][0] for i in range(UNITS_B)):
+    if not any(written[UNITS_A + i][0] for i in range(units_b)):
         print("  (no unit B ran)")
         return
     # Units A on an SM that also runs a unit B against those alone on theirs.
-    b_sms = set(sms[UNITS_A : UNITS_A + UNITS_B])
+    b_sms = set(sms[UNITS_A : UNITS_A + units_b])
     for shared in (True, False):
         rows = [row for i, row in enumerate(a) if (sms[i] in b_sms) == shared and written[i][0]]
         label = "beside a unit B" if shared else "alone on its SM"
@@ -174,7 +176,7 @@ def report(table: torch.Tensor, form: str) -> None:
     raw = stamps.tolist()
     for unit, span, pairs in (
         ("A", slice(0, UNITS_A), a_pairs),
-        ("B", slice(UNITS_A, UNITS_A + UNITS_B), b_pairs),
+        ("B", slice(UNITS_A, UNITS_A + units_b), b_pairs),
     ):
         rates = clock_rates(raw[span], clocks[span], pairs)
         print(f"  unit {unit} SM clock, GHz, by interval: {rates}")
@@ -187,7 +189,7 @@ def report(table: torch.Tensor, form: str) -> None:
     )
     first_h = min(row[a_last] for row in a)
     early = sum(1 for row in b if row[0] < first_h)
-    print(f"  unit B CTAs started before the first h was stored: {early} of {UNITS_B}")
+    print(f"  unit B CTAs started before the first h was stored: {early} of {units_b}")
     deltas = sorted({int(v) % 1000 for row in a + b for v in row if v > 0})
     print(f"  timer resolution check: {len(deltas)} distinct ns-within-us values")
 
@@ -214,7 +216,8 @@ def main() -> None:
         path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
         form = "split" if path & ops.PATH_SPLIT else "two-kernel"  # the split form's bit
-        report(traced_call(banks, path, args.replays, args.derive), form)
+        units_b = 160 if path & B16 else 80
+        report(traced_call(banks, path, args.replays, args.derive), form, units_b)
 
 
 if __name__ == "__main__":

@@ -33,12 +33,12 @@ def _stamp(table: torch.Tensor, stamps: int, row: int, times: dict[int, int], gh
 
 
 def test_report_splits_units_by_sm_and_gives_each_intervals_clock_rate(trace, capsys) -> None:
-    table = torch.zeros(256, trace.COLUMNS, dtype=torch.int64)
+    table = torch.zeros(trace.SLOTS, trace.COLUMNS, dtype=torch.int64)
     for i in range(trace.UNITS_A):  # units A on SMs 1..100, clocked at 2 GHz
         times = {0: 0, 1: 300, 4: 2000 + i, 2: 2010 + i, 5: 2300 + i, 7: 2600 + i, 3: 3000 + i}
         _stamp(table, trace.STAMPS, i, times, ghz=2)
         table[i, trace.STAMPS] = i + 1
-    for j in range(trace.UNITS_B):  # units B on SMs 1..80, beside 80 of them, at 1 GHz
+    for j in range(80):  # units B on SMs 1..80, beside 80 of them, at 1 GHz
         times = {0: 700, 1: 3300, 2: 4000, 4: 4300, 5: 4350, 3: 4700}
         _stamp(table, trace.STAMPS, trace.UNITS_A + j, times, ghz=1)
         table[trace.UNITS_A + j, trace.STAMPS] = j + 1
@@ -53,7 +53,7 @@ def test_report_splits_units_by_sm_and_gives_each_intervals_clock_rate(trace, ca
 
 
 def test_report_of_kernel_a_alone_says_no_unit_b_ran(trace, capsys) -> None:
-    table = torch.zeros(256, trace.COLUMNS, dtype=torch.int64)
+    table = torch.zeros(trace.SLOTS, trace.COLUMNS, dtype=torch.int64)
     for i in range(trace.UNITS_A):
         _stamp(table, trace.STAMPS, i, {0: 0, 1: 300, 2: 2000, 3: 2500}, ghz=2)
         table[i, trace.STAMPS] = i + 1
@@ -61,3 +61,19 @@ def test_report_of_kernel_a_alone_says_no_unit_b_ran(trace, capsys) -> None:
     out = capsys.readouterr().out
     assert "(no unit B ran)" in out
     assert "unit B start" in out and "unit B SM clock" not in out
+
+
+def test_report_of_the_16_column_kernel_b_reads_its_160_units(trace, capsys) -> None:
+    table = torch.zeros(trace.SLOTS, trace.COLUMNS, dtype=torch.int64)
+    for i in range(trace.UNITS_A):  # units A on SMs 1..100
+        _stamp(table, trace.STAMPS, i, {0: 0, 1: 300, 2: 2000, 3: 2500}, ghz=2)
+        table[i, trace.STAMPS] = i + 1
+    for j in range(160):  # units B on SMs 1..132 then 1..28; the last one passes its wait last
+        times = {0: 700, 1: 2000, 2: 3000 + (j == 159) * 500, 3: 3600 + (j == 159) * 500}
+        _stamp(table, trace.STAMPS, trace.UNITS_A + j, times, ghz=1)
+        table[trace.UNITS_A + j, trace.STAMPS] = j % 132 + 1
+    trace.report(table, "two-kernel", units_b=160)
+    out = capsys.readouterr().out
+    assert "last h stored -> first / last unit B past its wait: 500 / 1000 ns" in out
+    assert "unit B CTAs started before the first h was stored: 160 of 160" in out
+    assert "unit A beside a unit B (100)" in out
