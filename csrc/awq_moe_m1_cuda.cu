@@ -71,9 +71,9 @@ constexpr int64_t kDiagNoEndWait = int64_t{1} << 23;
 // sm_90 with PDL (tuning runs): the fused polled form, one launch (fused_polled_kernel), where
 // all its CTAs can be resident; elsewhere the call takes the default path
 constexpr int64_t kForceFusedPolled = int64_t{1} << 26;
-// with the polled hand-off (tuning runs): kernel B of 16-column tiles, 160 CTAs
-// (w2_combine16_kernel) instead of 80 of 32 columns
-constexpr int64_t kDiagB16 = int64_t{1} << 27;
+// with the polled hand-off (tuning runs): kernel B of 32-column tiles, 80 CTAs
+// (w2_combine_capped_kernel, the default until commit 563dae8's run) instead of 160 of 16
+constexpr int64_t kDiagB32 = int64_t{1} << 27;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -83,7 +83,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB16;
+                              kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -240,7 +240,9 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       kernel_b = (diag & kDiagNoEndWait) != 0
                      ? qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledNoEndWait>
                      : qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledThenWait>;
-      if (diag & kDiagB16) {
+      // Kernel B of 16-column tiles (160 CTAs): bench op on the H200, commit 563dae8, 5.22 /
+      // 5.48 us net (4-byte / 3-byte) against 5.43 / 5.76 for 80 CTAs of 32 columns.
+      if ((diag & kDiagB32) == 0) {
         kernel_b = qpn::w2_combine16_kernel<kMeta3>;
         ctas_b = qpn::kTiles2x16;
       }
@@ -309,7 +311,8 @@ void awq_moe_m1_out_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Te
 
 #ifdef QPN_TRACE
 // Tracing builds only: copy the last call's timeline stamps, SMs and cycle counts into out
-// (int64, kTraceSlots x kTraceColumns = 272 x 33).
+// (int64, kTraceSlots x kTraceColumns = 272 x 33), then clear them, so that the slots the next
+// traced call does not write read as zero.
 void trace_read_cuda(at::Tensor& out) {
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kLong && out.is_contiguous() &&
                   out.numel() == qpn::kTraceSlots * qpn::kTraceColumns,
@@ -318,6 +321,10 @@ void trace_read_cuda(at::Tensor& out) {
   C10_CUDA_CHECK(cudaMemcpyFromSymbolAsync(
       out.data_ptr(), qpn::g_trace, sizeof(qpn::g_trace), 0, cudaMemcpyDeviceToDevice,
       at::cuda::getCurrentCUDAStream(out.get_device()).stream()));
+  void* stamps = nullptr;
+  C10_CUDA_CHECK(cudaGetSymbolAddress(&stamps, qpn::g_trace));
+  C10_CUDA_CHECK(cudaMemsetAsync(stamps, 0, sizeof(qpn::g_trace),
+                                 at::cuda::getCurrentCUDAStream(out.get_device()).stream()));
 }
 #endif
 

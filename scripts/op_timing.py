@@ -51,8 +51,8 @@ DIAG = {
     "polled-no-end-wait": (1 << 22) | (1 << 23),  # kernel B does not wait for A at its end
     # the polled form's units in one launch of 180 CTAs (one grid instead of two)
     "fused-polled": 1 << 26,
-    # the polled form with kernel B of 16-column tiles: 160 CTAs, all of W2 dequantized before h
-    "polled-b16": 1 << 27,
+    # the polled form with kernel B of 32-column tiles (80 CTAs; 160 of 16 columns by default)
+    "polled-b32": 1 << 27,
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

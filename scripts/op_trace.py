@@ -28,8 +28,7 @@ from qpnserve.kernels import reference as ref
 from qpnserve.resources import resource_dir
 
 UNITS_A, STAMPS = 100, 16
-SLOTS = 272  # kTraceSlots: units A, then units B (80, or 160 with the 16-column kernel B)
-B16 = 1 << 27  # op_timing's "polled-b16" bit: kernel B of 16-column tiles
+SLOTS = 272  # kTraceSlots: units A, then units B (160 of 16 columns, 80 of 32 in other forms)
 COLUMNS = 2 * STAMPS + 1  # the stamps, the unit's SM index + 1, the SM's cycle count per stamp
 # The stamps each form writes (csrc/awq_moe_m1_common.cuh, trace_stamp), by index, and the
 # indices of a unit A's last stamp and of a unit B's "out stored".
@@ -142,11 +141,13 @@ def clock_rates(
     return ", ".join(parts)
 
 
-def report(table: torch.Tensor, form: str, units_b: int = 80) -> None:
+def report(table: torch.Tensor, form: str) -> None:
+    """The stamps of one call (the read clears them, so rows a call did not write are zero)."""
     a_points, b_points, a_last, b_end, a_pairs, b_pairs = POINTS[form]
     sms = table[:, STAMPS].tolist()
     clocks = table[:, STAMPS + 1 :].tolist()
     stamps = table[:, :STAMPS]
+    units_b = int((stamps[UNITS_A:, 0] != 0).sum())
     t0 = int(stamps[:UNITS_A, 0].min())
     written = (stamps != 0).tolist()  # a point a variant does not stamp stays 0
     a = (stamps[:UNITS_A] - t0).tolist()
@@ -216,8 +217,7 @@ def main() -> None:
         path = PATHS["mma16816"] | (DIAG[""] if name == "auto" else DIAG[name])
         print(f"{args.fmt} {name}: the last of {args.layers} calls, graph replayed {args.replays}x")
         form = "split" if path & ops.PATH_SPLIT else "two-kernel"  # the split form's bit
-        units_b = 160 if path & B16 else 80
-        report(traced_call(banks, path, args.replays, args.derive), form, units_b)
+        report(traced_call(banks, path, args.replays, args.derive), form)
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ OP_PATHS = {
     "split": 1 | 4096,
     "polled": 1 | (1 << 22),
     "fused-polled": 1 | (1 << 26),
-    "polled-b16": 1 | (1 << 27),
+    "polled-b32": 1 | (1 << 27),
 }
 
 
@@ -151,8 +151,8 @@ def cuda_ops(
     op_path pins the op's path: "mma884" runs the V100 path on a newer GPU; "fused",
     "two-kernels" (kernel B waiting for kernel A's completion), "split", "polled" (kernel B
     polling h, the sm_90 default) pin the launch form on sm_80+, "fused-polled" (the polled
-    units in one launch) and "polled-b16" (the polled form with kernel B in 160 CTAs of 16
-    columns), tuning candidates, on sm_90 (OP_PATHS).
+    units in one launch, a tuning candidate) and "polled-b32" (the polled form with kernel B in
+    80 CTAs of 32 columns, the default before 160 of 16) on sm_90 (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

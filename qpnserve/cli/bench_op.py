@@ -26,7 +26,7 @@ OP_PATH_NAMES = (
     "split",
     "polled",
     "fused-polled",
-    "polled-b16",
+    "polled-b32",
 )
 
 
@@ -56,8 +56,8 @@ def bench_op(
         help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
         " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
         " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
-        " fused-polled: the polled units in one launch; polled-b16: kernel B in 160 CTAs of 16"
-        " columns; both tuning candidates, sm_90).",
+        " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"
+        " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; both sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

@@ -72,7 +72,7 @@ def test_report_of_the_16_column_kernel_b_reads_its_160_units(trace, capsys) -> 
         times = {0: 700, 1: 2000, 2: 3000 + (j == 159) * 500, 3: 3600 + (j == 159) * 500}
         _stamp(table, trace.STAMPS, trace.UNITS_A + j, times, ghz=1)
         table[trace.UNITS_A + j, trace.STAMPS] = j % 132 + 1
-    trace.report(table, "two-kernel", units_b=160)
+    trace.report(table, "two-kernel")
     out = capsys.readouterr().out
     assert "last h stored -> first / last unit B past its wait: 500 / 1000 ns" in out
     assert "unit B CTAs started before the first h was stored: 160 of 160" in out

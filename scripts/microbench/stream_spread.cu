@@ -1,0 +1,112 @@
+// How fast a fixed number of bytes streams from HBM depending on how it is spread over CTAs
+// and SMs: kernel A of the operator streams its 5.12 MB of W13 from 100 CTAs of 512 threads
+// (one per SM on 100 of an H200's 132 SMs), the read floor from ~470 CTAs of 256 threads.
+// Each CTA reads one contiguous chunk, every thread issuing its L 16-byte streaming loads
+// before using any; one launch per measurement, each on a region the previous launches did not
+// touch (so nothing is served from L2). The kernel's span is read from %globaltimer (first CTA
+// start to last CTA end), median over the launches.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 scripts/microbench/stream_spread.cu -o /tmp/stream_spread
+//   /tmp/stream_spread
+//
+// A tuning tool, not part of the operator or its tests.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+__device__ unsigned long long g_start = ~0ull, g_end = 0ull;
+__device__ unsigned g_sink;
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <int L>
+__global__ void stream_kernel(const uint4* base, long long chunk16) {
+  if (threadIdx.x == 0) atomicMin(&g_start, now_ns());
+  const uint4* p = base + blockIdx.x * chunk16 + threadIdx.x;
+  uint4 v[L];
+#pragma unroll
+  for (int i = 0; i < L; ++i) v[i] = __ldcs(p + i * blockDim.x);
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < L; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+  if (acc == 0x12345678u) g_sink = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(&g_end, now_ns());
+}
+
+struct Config {
+  int ctas, threads, loads;
+};
+
+template <int L>
+double span_us(const uint4* buf, long long buf16, const Config& c, int reps) {
+  const long long chunk16 = static_cast<long long>(c.threads) * L;
+  const long long total16 = chunk16 * c.ctas;
+  std::vector<double> spans;
+  long long off = 0;
+  for (int r = 0; r < reps + 2; ++r) {
+    if (off + total16 > buf16) off = 0;
+    const unsigned long long init_start = ~0ull, init_end = 0ull;
+    cudaMemcpyToSymbol(g_start, &init_start, sizeof(init_start));
+    cudaMemcpyToSymbol(g_end, &init_end, sizeof(init_end));
+    stream_kernel<L><<<c.ctas, c.threads>>>(buf + off, chunk16);
+    cudaDeviceSynchronize();
+    unsigned long long s = 0, e = 0;
+    cudaMemcpyFromSymbol(&s, g_start, sizeof(s));
+    cudaMemcpyFromSymbol(&e, g_end, sizeof(e));
+    if (r >= 2) spans.push_back((e - s) / 1000.0);
+    off += total16 + 4096;  // a fresh region each launch
+  }
+  std::sort(spans.begin(), spans.end());
+  return spans[spans.size() / 2];
+}
+
+double run(const uint4* buf, long long buf16, const Config& c, int reps) {
+  switch (c.loads) {
+    case 2: return span_us<2>(buf, buf16, c, reps);
+    case 4: return span_us<4>(buf, buf16, c, reps);
+    case 6: return span_us<6>(buf, buf16, c, reps);
+    case 8: return span_us<8>(buf, buf16, c, reps);
+    case 12: return span_us<12>(buf, buf16, c, reps);
+    default: return -1.0;
+  }
+}
+
+int main() {
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  const long long bytes = 8ll << 30;  // 8 GiB, 130x the L2
+  uint4* buf = nullptr;
+  if (cudaMalloc(&buf, bytes) != cudaSuccess) {
+    std::printf("cudaMalloc failed\n");
+    return 1;
+  }
+  cudaMemset(buf, 1, bytes);
+  const long long buf16 = bytes / 16;
+  std::printf("# %s, %d SMs; span of one launch (first CTA start to last CTA end), median\n",
+              prop.name, prop.multiProcessorCount);
+  std::printf("%8s %8s %6s %10s %10s %10s %8s\n", "CTAs", "threads", "loads", "KB/CTA", "MB",
+              "span us", "GB/s");
+  const Config configs[] = {
+      // 4.92 MB (kernel A's W13 is 5.12 MB): from 100 CTAs of 512 threads to many small ones
+      {100, 512, 6}, {200, 256, 6}, {400, 128, 6}, {150, 512, 4}, {300, 256, 4},
+      {600, 128, 4}, {1200, 128, 2}, {50, 512, 12}, {132, 512, 4}, {132, 256, 8},
+      // 7.68 MB-ish (the whole op): the floor's shape and one CTA per SM
+      {469, 256, 4}, {132, 512, 7 - 1}, {264, 256, 6}, {100, 512, 8}, {180, 512, 6},
+  };
+  for (const Config& c : configs) {
+    const double us = run(buf, buf16, c, 30);
+    const double mb = static_cast<double>(c.ctas) * c.threads * c.loads * 16 / 1e6;
+    std::printf("%8d %8d %6d %10.1f %10.2f %10.2f %8.0f\n", c.ctas, c.threads, c.loads,
+                c.threads * c.loads * 16 / 1024.0, mb, us, mb * 1e3 / us);
+  }
+  cudaFree(buf);
+  return 0;
+}
