@@ -74,6 +74,8 @@ constexpr int64_t kForceFusedPolled = int64_t{1} << 26;
 // with the polled hand-off (tuning runs): kernel B of 32-column tiles, 80 CTAs
 // (w2_combine_capped_kernel, the default until commit 563dae8's run) instead of 160 of 16
 constexpr int64_t kDiagB32 = int64_t{1} << 27;
+// with the polled hand-off (tuning runs): the 16-column kernel B dequantizes W2 after the poll
+constexpr int64_t kDiagB16Late = int64_t{1} << 28;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -83,7 +85,8 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               (int64_t{3} << kDiagWarpsShift) | kTwoKernels | kForceFused |
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
-                              kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32;
+                              kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32 |
+                              kDiagB16Late;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -243,7 +246,8 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       // Kernel B of 16-column tiles (160 CTAs): bench op on the H200, commit 563dae8, 5.22 /
       // 5.48 us net (4-byte / 3-byte) against 5.43 / 5.76 for 80 CTAs of 32 columns.
       if ((diag & kDiagB32) == 0) {
-        kernel_b = qpn::w2_combine16_kernel<kMeta3>;
+        kernel_b = (diag & kDiagB16Late) != 0 ? qpn::w2_combine16_kernel<kMeta3, true>
+                                              : qpn::w2_combine16_kernel<kMeta3>;
         ctas_b = qpn::kTiles2x16;
       }
       warps_a = 16;

@@ -386,9 +386,11 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 // unit A, the rest two to an SM); half the registers of W2 per warp, so all five groups are
 // dequantized before the poll and only 10 MMAs remain after it. Each column's sums are bit for
 // bit the 32-column unit's (mma_cols16).
+// kDequantLate (tuning runs): dequantize W2 after the poll instead of while kernel A streams
+// (one unit B sits beside every unit A, and both issue from the SM's four schedulers).
 constexpr int kTiles2x16 = kHidden / kCols16;  // 160
 
-template <bool kMeta3>
+template <bool kMeta3, bool kDequantLate = false>
 __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
   __shared__ float ys[kRoutes * kCols16];
@@ -405,6 +407,7 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   const unsigned tag = load_relaxed_gpu(&a.polled->epoch) + 1u;
   const bool valid = route_is_valid(e, a.num_experts);
   Cols16Weights q[kGroups2];
+  Cols16Frag<kMeta3> f[kGroups2];
   if (valid) {
     // The bank's 32-column tile tile / 2, its half tile & 1 (words 16 .. 31 of each k block).
     const uint2* codes = reinterpret_cast<const uint2*>(
@@ -414,13 +417,14 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
         static_cast<const unsigned char*>(a.s2) +
         (static_cast<long long>(e) * kGroups2 * kHidden + tile * kCols16 + 2 * (lane >> 2)) *
             kRecordBytes;
-    Cols16Frag<kMeta3> f[kGroups2];
 #pragma unroll
     for (int g = 0; g < kGroups2; ++g) {
       load_cols16(f[g], codes, meta, kHidden * kRecordBytes, g, lane);
     }
+    if constexpr (!kDequantLate) {
 #pragma unroll
-    for (int g = 0; g < kGroups2; ++g) dequant_cols16<kMeta3>(q[g], f[g]);
+      for (int g = 0; g < kGroups2; ++g) dequant_cols16<kMeta3>(q[g], f[g]);
+    }
   }
   if (lane == 0) {
     wts[route] = weight;
@@ -431,6 +435,10 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   trace_stamp(slot, 2);  // h in
 
   if (valid) {
+    if constexpr (kDequantLate) {
+#pragma unroll
+      for (int g = 0; g < kGroups2; ++g) dequant_cols16<kMeta3>(q[g], f[g]);
+    }
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int g = 0; g < kGroups2; ++g) {
@@ -522,14 +530,14 @@ __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
 
 // Kernel B of 16 columns (w2_combine16_unit): grid (kTiles2x16), kWarpsB * 32 threads, at most
 // 80 registers like the capped kernel B, so one CTA fits beside each kernel A CTA.
-template <bool kMeta3>
+template <bool kMeta3, bool kDequantLate = false>
 __global__ void QPN_B_CAPPED_BOUNDS(80) w2_combine16_kernel(MoeArgs a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
   }
   pdl_launch_dependents();  // it waits for kernel A's completion at its end
-  w2_combine16_unit<kMeta3>(a, blockIdx.x);
+  w2_combine16_unit<kMeta3, kDequantLate>(a, blockIdx.x);
 }
 
 // ---------------------------------------------------------------------------------------------

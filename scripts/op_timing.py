@@ -53,6 +53,8 @@ DIAG = {
     "fused-polled": 1 << 26,
     # the polled form with kernel B of 32-column tiles (80 CTAs; 160 of 16 columns by default)
     "polled-b32": 1 << 27,
+    # the 16-column kernel B dequantizing W2 after its poll (not while kernel A streams)
+    "polled-b16-late": 1 << 28,
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

@@ -40,6 +40,7 @@ PATH_FUSED_POLLED = 1 << 26
 # The polled form with kernel B of 32-column tiles, 80 CTAs (the default has 160 of 16; sm_90
 # with PDL; elsewhere the default path runs).
 PATH_B32 = 1 << 27
+PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -49,6 +50,7 @@ PATHS = {
     "two_kernels_polled": ops.PATH_MMA16816 | ops.PATH_POLLED,
     "fused_polled": ops.PATH_MMA16816 | PATH_FUSED_POLLED,
     "polled_b32": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B32,
+    "polled_b16_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_LATE,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -159,7 +161,9 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
         assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
 
 
-@pytest.mark.parametrize("variant", ["two_kernels_polled", "fused_polled", "polled_b32"])
+@pytest.mark.parametrize(
+    "variant", ["two_kernels_polled", "fused_polled", "polled_b32", "polled_b16_late"]
+)
 def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
     banks: ref.Banks, variant: str
 ) -> None:
