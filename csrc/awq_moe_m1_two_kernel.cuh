@@ -388,9 +388,12 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 // bit the 32-column unit's (mma_cols16).
 // kDequantLate (tuning runs): dequantize W2 after the poll instead of while kernel A streams
 // (one unit B sits beside every unit A, and both issue from the SM's four schedulers).
+// kTwoChains (tuning runs): the even and the odd groups' MMAs in two accumulators added at the
+// end (another fixed FP32 order, contract section 4), so the chain of dependent MMAs after the
+// poll is 6 long instead of 10.
 constexpr int kTiles2x16 = kHidden / kCols16;  // 160
 
-template <bool kMeta3, bool kDequantLate = false>
+template <bool kMeta3, bool kDequantLate = false, bool kTwoChains = false>
 __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
   __shared__ float ys[kRoutes * kCols16];
@@ -440,9 +443,15 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
       for (int g = 0; g < kGroups2; ++g) dequant_cols16<kMeta3>(q[g], f[g]);
     }
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float d_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int g = 0; g < kGroups2; ++g) {
-      mma_cols16(d, q[g], reinterpret_cast<const uint4*>(hsm[route])[4 * g + (lane & 3)]);
+      const uint4 hv = reinterpret_cast<const uint4*>(hsm[route])[4 * g + (lane & 3)];
+      mma_cols16((kTwoChains && (g & 1)) ? d_odd : d, q[g], hv);
+    }
+    if constexpr (kTwoChains) {
+      d[0] += d_odd[0];
+      d[2] += d_odd[2];
     }
     trace_stamp_after(slot, 4, d[0]);  // route 0's y summed
     // y_route = fp16(FP32 sum over k): lanes (g, 0) hold columns 2g and 2g + 1.
@@ -530,14 +539,14 @@ __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
 
 // Kernel B of 16 columns (w2_combine16_unit): grid (kTiles2x16), kWarpsB * 32 threads, at most
 // 80 registers like the capped kernel B, so one CTA fits beside each kernel A CTA.
-template <bool kMeta3, bool kDequantLate = false>
+template <bool kMeta3, bool kDequantLate = false, bool kTwoChains = false>
 __global__ void QPN_B_CAPPED_BOUNDS(80) w2_combine16_kernel(MoeArgs a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
   }
   pdl_launch_dependents();  // it waits for kernel A's completion at its end
-  w2_combine16_unit<kMeta3, kDequantLate>(a, blockIdx.x);
+  w2_combine16_unit<kMeta3, kDequantLate, kTwoChains>(a, blockIdx.x);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ DIAG = {
     "polled-b32": 1 << 27,
     # the 16-column kernel B dequantizing W2 after its poll (not while kernel A streams)
     "polled-b16-late": 1 << 28,
+    # the 16-column kernel B's MMAs in two accumulators (chains of 3 and 2 groups)
+    "polled-b16-2acc": 1 << 29,
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

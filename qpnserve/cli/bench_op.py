@@ -28,6 +28,7 @@ OP_PATH_NAMES = (
     "fused-polled",
     "polled-b32",
     "polled-b16-late",
+    "polled-b16-2acc",
 )
 
 
@@ -58,8 +59,9 @@ def bench_op(
         " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
         " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
         " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"
-        " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; polled-b16-late:"
-        " its W2 dequantized after the poll, a tuning candidate; all three sm_90).",
+        " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; polled-b16-late,"
+        " polled-b16-2acc: its W2 dequantized after the poll, its MMAs in two accumulators,"
+        " tuning candidates; all sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

@@ -41,6 +41,7 @@ PATH_FUSED_POLLED = 1 << 26
 # with PDL; elsewhere the default path runs).
 PATH_B32 = 1 << 27
 PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll
+PATH_B16_2ACC = 1 << 29  # its MMAs in two accumulators (another fixed FP32 order)
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -51,6 +52,7 @@ PATHS = {
     "fused_polled": ops.PATH_MMA16816 | PATH_FUSED_POLLED,
     "polled_b32": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B32,
     "polled_b16_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_LATE,
+    "polled_b16_2acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_2ACC,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -162,14 +164,15 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
 
 
 @pytest.mark.parametrize(
-    "variant", ["two_kernels_polled", "fused_polled", "polled_b32", "polled_b16_late"]
+    "variant",
+    ["two_kernels_polled", "fused_polled", "polled_b32", "polled_b16_late", "polled_b16_2acc"],
 )
 def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
     banks: ref.Banks, variant: str
 ) -> None:
     # Calls on one stream without a host sync between them, each on other inputs (one with every
-    # id invalid): kernel B of a call must take that call's h, never the previous call's. The
-    # two-kernel form's waiting kernel B does the same arithmetic, so the results are bit-equal.
+    # id invalid): kernel B of a call must take that call's h, never the previous call's. Each
+    # result must equal the same call run alone (the device idle before and after it).
     calls = []
     for seed in range(30, 38):
         x, ids, weights = _cuda(
@@ -179,11 +182,28 @@ def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
             ids.fill_(-1)
         calls.append((x, ids, weights))
     polled = [run_op(banks, *call, path=PATHS[variant]) for call in calls]
-    waited = [run_op(banks, *call, path=PATHS["two_kernels"]) for call in calls]
+    alone = []
+    for call in calls:
+        torch.cuda.synchronize()
+        alone.append(run_op(banks, *call, path=PATHS[variant]))
     torch.cuda.synchronize()
-    for (p_out, p_inter), (w_out, w_inter) in zip(polled, waited, strict=True):
-        assert torch.equal(p_out.view(torch.int16), w_out.view(torch.int16))
-        assert torch.equal(p_inter.view(torch.int16), w_inter.view(torch.int16))
+    for (p_out, p_inter), (a_out, a_inter) in zip(polled, alone, strict=True):
+        assert torch.equal(p_out.view(torch.int16), a_out.view(torch.int16))
+        assert torch.equal(p_inter.view(torch.int16), a_inter.view(torch.int16))
+
+
+@pytest.mark.parametrize("variant", ["two_kernels_polled", "polled_b32", "polled_b16_late"])
+def test_gpu_polled_forms_do_the_waiting_forms_arithmetic_bit_for_bit(
+    banks: ref.Banks, variant: str
+) -> None:
+    # The polled kernels B (80 CTAs of 32 columns, 160 of 16, dequantizing early or late) sum
+    # every column in the waiting kernel B's order: their results are bit-equal to its.
+    x, ids, weights = _cuda(*mixed_routes(39))
+    p_out, p_inter = run_op(banks, x, ids, weights, path=PATHS[variant])
+    w_out, w_inter = run_op(banks, x, ids, weights, path=PATHS["two_kernels"])
+    torch.cuda.synchronize()
+    assert torch.equal(p_out.view(torch.int16), w_out.view(torch.int16))
+    assert torch.equal(p_inter.view(torch.int16), w_inter.view(torch.int16))
 
 
 def test_gpu_three_runs_are_bit_identical(banks: ref.Banks, path: int) -> None:
