@@ -388,12 +388,14 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 // bit the 32-column unit's (mma_cols16).
 // kDequantLate (tuning runs): dequantize W2 after the poll instead of while kernel A streams
 // (one unit B sits beside every unit A, and both issue from the SM's four schedulers).
-// kTwoChains (tuning runs): the even and the odd groups' MMAs in two accumulators added at the
+// kTwoChains (the default): the even and the odd groups' MMAs in two accumulators added at the
 // end (another fixed FP32 order, contract section 4), so the chain of dependent MMAs after the
-// poll is 6 long instead of 10.
+// poll is 6 long instead of 10 (bench op on the H200, commit 4a91aa7: 5.12 / 5.41 us net,
+// 4-byte / 3-byte, against 5.19 / 5.44 with one chain, whose sums are bit for bit the waiting
+// kernel B's).
 constexpr int kTiles2x16 = kHidden / kCols16;  // 160
 
-template <bool kMeta3, bool kDequantLate = false, bool kTwoChains = false>
+template <bool kMeta3, bool kDequantLate = false, bool kTwoChains = true>
 __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
   __shared__ float ys[kRoutes * kCols16];
@@ -539,7 +541,7 @@ __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
 
 // Kernel B of 16 columns (w2_combine16_unit): grid (kTiles2x16), kWarpsB * 32 threads, at most
 // 80 registers like the capped kernel B, so one CTA fits beside each kernel A CTA.
-template <bool kMeta3, bool kDequantLate = false, bool kTwoChains = false>
+template <bool kMeta3, bool kDequantLate = false, bool kTwoChains = true>
 __global__ void QPN_B_CAPPED_BOUNDS(80) w2_combine16_kernel(MoeArgs a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);

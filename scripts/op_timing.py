@@ -53,10 +53,11 @@ DIAG = {
     "fused-polled": 1 << 26,
     # the polled form with kernel B of 32-column tiles (80 CTAs; 160 of 16 columns by default)
     "polled-b32": 1 << 27,
-    # the 16-column kernel B dequantizing W2 after its poll (not while kernel A streams)
+    # the 16-column kernel B dequantizing W2 after its poll (not while kernel A streams), with its
+    # MMAs in one accumulator
     "polled-b16-late": 1 << 28,
-    # the 16-column kernel B's MMAs in two accumulators (chains of 3 and 2 groups)
-    "polled-b16-2acc": 1 << 29,
+    # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
+    "polled-b16-1acc": 1 << 29,
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

@@ -28,7 +28,7 @@ OP_PATH_NAMES = (
     "fused-polled",
     "polled-b32",
     "polled-b16-late",
-    "polled-b16-2acc",
+    "polled-b16-1acc",
 )
 
 
@@ -60,8 +60,8 @@ def bench_op(
         " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
         " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"
         " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; polled-b16-late,"
-        " polled-b16-2acc: its W2 dequantized after the poll, its MMAs in two accumulators,"
-        " tuning candidates; all sm_90).",
+        " polled-b16-1acc: its W2 dequantized after the poll, its MMAs in one accumulator"
+        " instead of two, tuning paths; all sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

@@ -40,8 +40,8 @@ PATH_FUSED_POLLED = 1 << 26
 # The polled form with kernel B of 32-column tiles, 80 CTAs (the default has 160 of 16; sm_90
 # with PDL; elsewhere the default path runs).
 PATH_B32 = 1 << 27
-PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll
-PATH_B16_2ACC = 1 << 29  # its MMAs in two accumulators (another fixed FP32 order)
+PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll (one accumulator)
+PATH_B16_1ACC = 1 << 29  # its MMAs in one accumulator (the default has two: another FP32 order)
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -52,7 +52,7 @@ PATHS = {
     "fused_polled": ops.PATH_MMA16816 | PATH_FUSED_POLLED,
     "polled_b32": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B32,
     "polled_b16_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_LATE,
-    "polled_b16_2acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_2ACC,
+    "polled_b16_1acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_1ACC,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -165,7 +165,7 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
 
 @pytest.mark.parametrize(
     "variant",
-    ["two_kernels_polled", "fused_polled", "polled_b32", "polled_b16_late", "polled_b16_2acc"],
+    ["two_kernels_polled", "fused_polled", "polled_b32", "polled_b16_late", "polled_b16_1acc"],
 )
 def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
     banks: ref.Banks, variant: str
@@ -192,12 +192,12 @@ def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
         assert torch.equal(p_inter.view(torch.int16), a_inter.view(torch.int16))
 
 
-@pytest.mark.parametrize("variant", ["two_kernels_polled", "polled_b32", "polled_b16_late"])
+@pytest.mark.parametrize("variant", ["polled_b32", "polled_b16_late", "polled_b16_1acc"])
 def test_gpu_polled_forms_do_the_waiting_forms_arithmetic_bit_for_bit(
     banks: ref.Banks, variant: str
 ) -> None:
-    # The polled kernels B (80 CTAs of 32 columns, 160 of 16, dequantizing early or late) sum
-    # every column in the waiting kernel B's order: their results are bit-equal to its.
+    # These polled kernels B (80 CTAs of 32 columns; 160 of 16 with one accumulator, dequantizing
+    # early or late) sum every column in the waiting kernel B's order: bit-equal results.
     x, ids, weights = _cuda(*mixed_routes(39))
     p_out, p_inter = run_op(banks, x, ids, weights, path=PATHS[variant])
     w_out, w_inter = run_op(banks, x, ids, weights, path=PATHS["two_kernels"])
