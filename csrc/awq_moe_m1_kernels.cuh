@@ -17,8 +17,9 @@
 //             combine the routes in router order.
 //   On sm_90 with PDL (the default there) both kernels run together: kernel B dequantizes W2
 //   while kernel A streams W13, and gets h by polling what kernel A publishes with the call's
-//   tag (PolledH, the polled hand-off) instead of waiting for kernel A's completion. Below
-//   sm_90 kernel B starts after kernel A.
+//   tag (PolledH, the polled hand-off) instead of waiting for kernel A's completion; its grid
+//   there is 160 tiles of 16 columns (w2_combine16_kernel). Below sm_90 kernel B starts after
+//   kernel A.
 // Split form (PATH_SPLIT; the sm_90 default until the polled hand-off, slower than it):
 //   kernel A  grid (10 W13 column tiles, 10 routes), 16 warps: the unit (tile, route) streams
 //             its W13 tile (32 columns = 16 values of h) and the 16 rows of W2 those values
