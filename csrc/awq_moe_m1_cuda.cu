@@ -79,6 +79,8 @@ constexpr int64_t kDiagB16Late = int64_t{1} << 28;
 // with the polled hand-off (tuning runs): the 16-column kernel B's MMAs in one accumulator (its
 // sums bit for bit the waiting kernel B's) instead of two
 constexpr int64_t kDiagB16OneChain = int64_t{1} << 29;
+// with the polled hand-off (tuning runs): the 16-column kernel B's MMAs in five accumulators
+constexpr int64_t kDiagB16FiveChains = int64_t{1} << 30;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -89,7 +91,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
                               kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32 |
-                              kDiagB16Late | kDiagB16OneChain;
+                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -249,9 +251,10 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       // Kernel B of 16-column tiles (160 CTAs): bench op on the H200, commit 563dae8, 5.22 /
       // 5.48 us net (4-byte / 3-byte) against 5.43 / 5.76 for 80 CTAs of 32 columns.
       if ((diag & kDiagB32) == 0) {
-        kernel_b = (diag & kDiagB16Late) != 0       ? qpn::w2_combine16_kernel<kMeta3, true, false>
-                   : (diag & kDiagB16OneChain) != 0 ? qpn::w2_combine16_kernel<kMeta3, false, false>
-                                                    : qpn::w2_combine16_kernel<kMeta3>;
+        kernel_b = (diag & kDiagB16Late) != 0         ? qpn::w2_combine16_kernel<kMeta3, true, 1>
+                   : (diag & kDiagB16OneChain) != 0   ? qpn::w2_combine16_kernel<kMeta3, false, 1>
+                   : (diag & kDiagB16FiveChains) != 0 ? qpn::w2_combine16_kernel<kMeta3, false, 5>
+                                                      : qpn::w2_combine16_kernel<kMeta3>;
         ctas_b = qpn::kTiles2x16;
       }
       warps_a = 16;

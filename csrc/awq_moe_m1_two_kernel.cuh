@@ -388,14 +388,23 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 // bit the 32-column unit's (mma_cols16).
 // kDequantLate (tuning runs): dequantize W2 after the poll instead of while kernel A streams
 // (one unit B sits beside every unit A, and both issue from the SM's four schedulers).
-// kTwoChains (the default): the even and the odd groups' MMAs in two accumulators added at the
-// end (another fixed FP32 order, contract section 4), so the chain of dependent MMAs after the
-// poll is 6 long instead of 10 (bench op on the H200, commit 4a91aa7: 5.12 / 5.41 us net,
-// 4-byte / 3-byte, against 5.19 / 5.44 with one chain, whose sums are bit for bit the waiting
-// kernel B's).
+// kChains: the groups' MMAs in that many accumulators, group g in chain g % kChains, added at
+// the end in a fixed order (contract section 4 allows any deterministic one). 2, the default:
+// the even and the odd groups, so the chain of dependent MMAs after the poll is 6 long instead
+// of 10 (bench op on the H200, commit 4a91aa7: 5.12 / 5.41 us net, 4-byte / 3-byte, against
+// 5.19 / 5.44 with one chain, whose sums are bit for bit the waiting kernel B's); 5 (tuning
+// runs): one per group, ((0 + 1) + (2 + 3)) + 4.
 constexpr int kTiles2x16 = kHidden / kCols16;  // 160
 
-template <bool kMeta3, bool kDequantLate = false, bool kTwoChains = true>
+template <int kChains>
+__device__ __forceinline__ float sum_chains(const float (&d)[kChains][4], int i) {
+  static_assert(kChains == 1 || kChains == 2 || kChains == kGroups2, "1, 2 or 5 chains");
+  if constexpr (kChains == 1) return d[0][i];
+  if constexpr (kChains == 2) return d[0][i] + d[1][i];
+  if constexpr (kChains == kGroups2) return ((d[0][i] + d[1][i]) + (d[2][i] + d[3][i])) + d[4][i];
+}
+
+template <bool kMeta3, bool kDequantLate = false, int kChains = 2>
 __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
   __shared__ float ys[kRoutes * kCols16];
@@ -444,22 +453,18 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
 #pragma unroll
       for (int g = 0; g < kGroups2; ++g) dequant_cols16<kMeta3>(q[g], f[g]);
     }
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float d_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float d[kChains][4] = {};
 #pragma unroll
     for (int g = 0; g < kGroups2; ++g) {
       const uint4 hv = reinterpret_cast<const uint4*>(hsm[route])[4 * g + (lane & 3)];
-      mma_cols16((kTwoChains && (g & 1)) ? d_odd : d, q[g], hv);
+      mma_cols16(d[g % kChains], q[g], hv);
     }
-    if constexpr (kTwoChains) {
-      d[0] += d_odd[0];
-      d[2] += d_odd[2];
-    }
-    trace_stamp_after(slot, 4, d[0]);  // route 0's y summed
+    const float y0 = sum_chains<kChains>(d, 0), y1 = sum_chains<kChains>(d, 2);
+    trace_stamp_after(slot, 4, y0);  // route 0's y summed
     // y_route = fp16(FP32 sum over k): lanes (g, 0) hold columns 2g and 2g + 1.
     if ((lane & 3) == 0) {
-      ys[route * kCols16 + (lane >> 1)] = __half2float(__float2half_rn(d[0]));
-      ys[route * kCols16 + (lane >> 1) + 1] = __half2float(__float2half_rn(d[2]));
+      ys[route * kCols16 + (lane >> 1)] = __half2float(__float2half_rn(y0));
+      ys[route * kCols16 + (lane >> 1) + 1] = __half2float(__float2half_rn(y1));
     }
   }
   __syncthreads();
@@ -541,14 +546,14 @@ __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
 
 // Kernel B of 16 columns (w2_combine16_unit): grid (kTiles2x16), kWarpsB * 32 threads, at most
 // 80 registers like the capped kernel B, so one CTA fits beside each kernel A CTA.
-template <bool kMeta3, bool kDequantLate = false, bool kTwoChains = true>
+template <bool kMeta3, bool kDequantLate = false, int kChains = 2>
 __global__ void QPN_B_CAPPED_BOUNDS(80) w2_combine16_kernel(MoeArgs a) {
   if (a.diag & kDiagLaunchOnly) {
     if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
     return;
   }
   pdl_launch_dependents();  // it waits for kernel A's completion at its end
-  w2_combine16_unit<kMeta3, kDequantLate, kTwoChains>(a, blockIdx.x);
+  w2_combine16_unit<kMeta3, kDequantLate, kChains>(a, blockIdx.x);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ DIAG = {
     "polled-b16-late": 1 << 28,
     # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
     "polled-b16-1acc": 1 << 29,
+    "polled-b16-5acc": 1 << 30,  # five accumulators, one per group
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,

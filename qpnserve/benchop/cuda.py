@@ -142,6 +142,7 @@ OP_PATHS = {
     "polled-b32": 1 | (1 << 27),
     "polled-b16-late": 1 | (1 << 28),
     "polled-b16-1acc": 1 | (1 << 29),
+    "polled-b16-5acc": 1 | (1 << 30),
 }
 
 
@@ -155,8 +156,8 @@ def cuda_ops(
     polling h, the sm_90 default) pin the launch form on sm_80+, "fused-polled" (the polled
     units in one launch, a tuning candidate) and "polled-b32" (the polled form with kernel B in
     80 CTAs of 32 columns, the default before 160 of 16), "polled-b16-late" (its W2
-    dequantized after the poll) and "polled-b16-1acc" (its MMAs in one accumulator instead of
-    two), tuning paths, on sm_90 (OP_PATHS).
+    dequantized after the poll), "polled-b16-1acc" and "polled-b16-5acc" (its MMAs in one or
+    five accumulators instead of two), tuning paths, on sm_90 (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

@@ -29,6 +29,7 @@ OP_PATH_NAMES = (
     "polled-b32",
     "polled-b16-late",
     "polled-b16-1acc",
+    "polled-b16-5acc",
 )
 
 
@@ -60,8 +61,8 @@ def bench_op(
         " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
         " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"
         " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; polled-b16-late,"
-        " polled-b16-1acc: its W2 dequantized after the poll, its MMAs in one accumulator"
-        " instead of two, tuning paths; all sm_90).",
+        " polled-b16-1acc, polled-b16-5acc: its W2 dequantized after the poll, its MMAs in one"
+        " or five accumulators instead of two, tuning paths; all sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

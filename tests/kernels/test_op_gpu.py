@@ -42,6 +42,7 @@ PATH_FUSED_POLLED = 1 << 26
 PATH_B32 = 1 << 27
 PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll (one accumulator)
 PATH_B16_1ACC = 1 << 29  # its MMAs in one accumulator (the default has two: another FP32 order)
+PATH_B16_5ACC = 1 << 30  # five accumulators, one per group
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -53,6 +54,7 @@ PATHS = {
     "polled_b32": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B32,
     "polled_b16_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_LATE,
     "polled_b16_1acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_1ACC,
+    "polled_b16_5acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_5ACC,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -165,7 +167,14 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
 
 @pytest.mark.parametrize(
     "variant",
-    ["two_kernels_polled", "fused_polled", "polled_b32", "polled_b16_late", "polled_b16_1acc"],
+    [
+        "two_kernels_polled",
+        "fused_polled",
+        "polled_b32",
+        "polled_b16_late",
+        "polled_b16_1acc",
+        "polled_b16_5acc",
+    ],
 )
 def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
     banks: ref.Banks, variant: str
