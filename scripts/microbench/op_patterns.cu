@@ -18,6 +18,8 @@
 #include <random>
 #include <vector>
 
+#include "span.cuh"
+
 namespace {
 
 constexpr long long kCodes13 = 409600, kMeta13 = 102400, kCodes2 = 204800, kMeta2 = 51200;
@@ -28,22 +30,6 @@ constexpr int kRoutes = 10;
 // run-time route would live in local memory).
 __constant__ const char* c_base[kRoutes];
 
-__device__ unsigned long long g_start = ~0ull, g_end = 0ull;
-__device__ unsigned g_sink;
-
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ void begin() {
-  if (threadIdx.x == 0) atomicMin(&g_start, now_ns());
-}
-__device__ __forceinline__ void finish(unsigned acc) {
-  if (acc == 0x12345678u) g_sink = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) atomicMax(&g_end, now_ns());
-}
 __device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
 __device__ __forceinline__ unsigned fold(uint2 v) { return v.x ^ v.y; }
 
@@ -98,7 +84,7 @@ __device__ unsigned unit_b16(int tile) {
 // of 8 warps (K halves); 3: kernel B (160 CTAs of 10 warps); 4: A then B in one grid of 260
 // CTAs of 16 warps (B's use 10 of them).
 __global__ void pattern_kernel(int mode) {
-  begin();
+  span_begin();
   const int b = blockIdx.x;
   unsigned acc = 0;
   switch (mode) {
@@ -113,13 +99,13 @@ __global__ void pattern_kernel(int mode) {
         acc = unit_b16(b - 100);
       }
   }
-  finish(acc);
+  span_end(acc);
 }
 
 // The read floor's shape over the same ten regions: grid (chunks, route), 256 threads, each
 // thread 4 contiguous 16 B loads of one 16 KB chunk.
 __global__ void floor_kernel() {
-  begin();
+  span_begin();
   const uint4* p = reinterpret_cast<const uint4*>(c_base[blockIdx.y]) + blockIdx.x * 1024;
   uint4 v[4];
   const int n = static_cast<int>(kRoute / 16);
@@ -131,7 +117,7 @@ __global__ void floor_kernel() {
   unsigned acc = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) acc ^= fold(v[i]);
-  finish(acc);
+  span_end(acc);
 }
 
 }  // namespace
@@ -169,19 +155,14 @@ int main() {
       const char* bases[kRoutes];
       for (int i = 0; i < kRoutes; ++i) bases[i] = buf + pick(rng) * 4096;
       cudaMemcpyToSymbol(c_base, bases, sizeof(bases));
-      const unsigned long long s0 = ~0ull, e0 = 0ull;
-      cudaMemcpyToSymbol(g_start, &s0, sizeof(s0));
-      cudaMemcpyToSymbol(g_end, &e0, sizeof(e0));
+      span_reset();
       if (c.mode < 0) {
         floor_kernel<<<dim3(static_cast<unsigned>((kRoute / 16 + 1023) / 1024), kRoutes), 256>>>();
       } else {
         pattern_kernel<<<c.ctas, c.threads>>>(c.mode);
       }
-      cudaDeviceSynchronize();
-      unsigned long long s = 0, e = 0;
-      cudaMemcpyFromSymbol(&s, g_start, sizeof(s));
-      cudaMemcpyFromSymbol(&e, g_end, sizeof(e));
-      if (rep >= 2) spans.push_back((e - s) / 1000.0);
+      const double us = span_us();
+      if (rep >= 2) spans.push_back(us);
     }
     std::sort(spans.begin(), spans.end());
     const double us = spans[spans.size() / 2];

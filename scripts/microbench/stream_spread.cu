@@ -17,18 +17,11 @@
 #include <cstdio>
 #include <vector>
 
-__device__ unsigned long long g_start = ~0ull, g_end = 0ull;
-__device__ unsigned g_sink;
-
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+#include "span.cuh"
 
 template <int L>
 __global__ void stream_kernel(const uint4* base, long long chunk16) {
-  if (threadIdx.x == 0) atomicMin(&g_start, now_ns());
+  span_begin();
   const uint4* p = base + blockIdx.x * chunk16 + threadIdx.x;
   uint4 v[L];
 #pragma unroll
@@ -36,9 +29,7 @@ __global__ void stream_kernel(const uint4* base, long long chunk16) {
   unsigned acc = 0;
 #pragma unroll
   for (int i = 0; i < L; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
-  if (acc == 0x12345678u) g_sink = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) atomicMax(&g_end, now_ns());
+  span_end(acc);
 }
 
 struct Config {
@@ -53,15 +44,10 @@ double span_us(const uint4* buf, long long buf16, const Config& c, int reps) {
   long long off = 0;
   for (int r = 0; r < reps + 2; ++r) {
     if (off + total16 > buf16) off = 0;
-    const unsigned long long init_start = ~0ull, init_end = 0ull;
-    cudaMemcpyToSymbol(g_start, &init_start, sizeof(init_start));
-    cudaMemcpyToSymbol(g_end, &init_end, sizeof(init_end));
+    span_reset();
     stream_kernel<L><<<c.ctas, c.threads>>>(buf + off, chunk16);
-    cudaDeviceSynchronize();
-    unsigned long long s = 0, e = 0;
-    cudaMemcpyFromSymbol(&s, g_start, sizeof(s));
-    cudaMemcpyFromSymbol(&e, g_end, sizeof(e));
-    if (r >= 2) spans.push_back((e - s) / 1000.0);
+    const double us = span_us();
+    if (r >= 2) spans.push_back(us);
     off += total16 + 4096;  // a fresh region each launch
   }
   std::sort(spans.begin(), spans.end());

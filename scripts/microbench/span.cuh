@@ -1,0 +1,38 @@
+// What the streaming microbenchmarks share: one launch's span from %globaltimer, the first CTA's
+// start to the last CTA's end. span_begin at a kernel's start, span_end(acc) at its end (acc
+// keeps the loads alive); span_reset before the launch and span_us after it on the host.
+
+#pragma once
+
+#include <cuda_runtime.h>
+
+__device__ unsigned long long g_start = ~0ull, g_end = 0ull;
+__device__ unsigned g_sink;
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void span_begin() {
+  if (threadIdx.x == 0) atomicMin(&g_start, now_ns());
+}
+__device__ __forceinline__ void span_end(unsigned acc) {
+  if (acc == 0x12345678u) g_sink = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(&g_end, now_ns());
+}
+
+inline void span_reset() {
+  const unsigned long long start = ~0ull, end = 0ull;
+  cudaMemcpyToSymbol(g_start, &start, sizeof(start));
+  cudaMemcpyToSymbol(g_end, &end, sizeof(end));
+}
+// After the launch: synchronizes, returns the span in us.
+inline double span_us() {
+  cudaDeviceSynchronize();
+  unsigned long long start = 0, end = 0;
+  cudaMemcpyFromSymbol(&start, g_start, sizeof(start));
+  cudaMemcpyFromSymbol(&end, g_end, sizeof(end));
+  return (end - start) / 1000.0;
+}
