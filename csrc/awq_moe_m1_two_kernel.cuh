@@ -384,8 +384,8 @@ __device__ __forceinline__ void w2_combine_unit(const MoeArgs& a, int tile, Wait
 // routes for one 16-column output tile, then the router-weighted sum. Against the 32-column
 // unit: half the W2 bytes per CTA, so the 160 CTAs spread W2 over more SMs (one beside each
 // unit A, the rest two to an SM); half the registers of W2 per warp, so all five groups are
-// dequantized before the poll and only 10 MMAs remain after it. Each column's sums are bit for
-// bit the 32-column unit's (mma_cols16).
+// dequantized before the poll and only 10 MMAs remain after it. With one accumulator chain each
+// column's sums are bit for bit the 32-column unit's (mma_cols16).
 // kDequantLate (tuning runs): dequantize W2 after the poll instead of while kernel A streams
 // (one unit B sits beside every unit A, and both issue from the SM's four schedulers).
 // kChains: the groups' MMAs in that many accumulators, group g in chain g % kChains, added at
@@ -401,7 +401,9 @@ __device__ __forceinline__ float sum_chains(const float (&d)[kChains][4], int i)
   static_assert(kChains == 1 || kChains == 2 || kChains == kGroups2, "1, 2 or 5 chains");
   if constexpr (kChains == 1) return d[0][i];
   if constexpr (kChains == 2) return d[0][i] + d[1][i];
-  if constexpr (kChains == kGroups2) return ((d[0][i] + d[1][i]) + (d[2][i] + d[3][i])) + d[4][i];
+  if constexpr (kChains == kGroups2) {
+    return ((d[0][i] + d[1][i]) + (d[2][i] + d[3][i])) + d[4][i];
+  }
 }
 
 template <bool kMeta3, bool kDequantLate = false, int kChains = 2>
