@@ -501,13 +501,18 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
 }
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
+// The launch-only tuning run of a kernel B (both kernels exit after reading ids): true if the
+// kernel is to exit now; the ids are read and kept alive.
+__device__ __forceinline__ bool b_launch_only(const MoeArgs& a) {
+  if ((a.diag & kDiagLaunchOnly) == 0) return false;
+  if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
+  return true;
+}
+
 template <bool kMeta3, bool kMma884, int kPreDequant = 0, int kW2When = kW2AtStart,
           int kHandOff = kWaited>
 __device__ __forceinline__ void w2_combine_body(const MoeArgs& a) {
-  if (a.diag & kDiagLaunchOnly) {
-    if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
-    return;
-  }
+  if (b_launch_only(a)) return;
   // Polled: nothing to wait for but h itself (the unit waits for kernel A's completion last).
   if (kHandOff != kWaited) pdl_launch_dependents();
   w2_combine_unit<kMeta3, kMma884, kPreDequant, kW2When, kHandOff>(a, blockIdx.x, [](int) {
@@ -550,10 +555,7 @@ __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
 // 80 registers like the capped kernel B, so one CTA fits beside each kernel A CTA.
 template <bool kMeta3, bool kDequantLate = false, int kChains = 2>
 __global__ void QPN_B_CAPPED_BOUNDS(80) w2_combine16_kernel(MoeArgs a) {
-  if (a.diag & kDiagLaunchOnly) {
-    if (a.ids[threadIdx.x >> 5] == -12345) a.out[0] = __float2half_rn(0.0f);
-    return;
-  }
+  if (b_launch_only(a)) return;
   pdl_launch_dependents();  // it waits for kernel A's completion at its end
   w2_combine16_unit<kMeta3, kDequantLate, kChains>(a, blockIdx.x);
 }
