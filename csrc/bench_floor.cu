@@ -294,8 +294,9 @@ int64_t read_floor_m1_sink_len(int64_t loads_per_thread, bool three_byte) {
 void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s13,
                    const at::Tensor& w2, const at::Tensor& s2, const at::Tensor& ids,
                    int64_t loads_per_thread, bool pdl, int64_t cache_hint) {
-  TORCH_CHECK(cache_hint == 0 || cache_hint == 1,
-              "cache_hint must be 0 (ld.global.cs) or 1 (L1 no-allocate, L2 256 B prefetch), got ",
+  TORCH_CHECK(cache_hint == 0 || cache_hint == 1 || cache_hint == 2,
+              "cache_hint must be 0 (ld.global.cs), 1 (L1 no-allocate, L2 256 B prefetch) or 2 "
+              "(tuning runs: ld.global.cs of the W13 segments only), got ",
               qpn_text::num(cache_hint));
   TORCH_CHECK(loads_per_thread == 2 || loads_per_thread == 4 || loads_per_thread == 8 ||
                   loads_per_thread == 16,
@@ -335,8 +336,13 @@ void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s1
   }
   const int s13_vecs = three_byte ? kS13Vecs3Byte : kS13Vecs4Byte;
   const int s2_vecs = three_byte ? kS2Vecs3Byte : kS2Vecs4Byte;
+  const int64_t per_block = loads_per_thread * kFloorThreads;
+  const int64_t w13_chunks = (kW13WeightVecs + per_block - 1) / per_block +
+                             (s13_vecs + per_block - 1) / per_block;
   const dim3 grid(
-      static_cast<unsigned>(floor_chunks_per_route(loads_per_thread, s13_vecs, s2_vecs)),
+      static_cast<unsigned>(cache_hint == 2
+                                ? w13_chunks
+                                : floor_chunks_per_route(loads_per_thread, s13_vecs, s2_vecs)),
       kTopK);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index());
   auto* sink_ptr = reinterpret_cast<unsigned*>(sink.data_ptr<int>());

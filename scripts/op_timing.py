@@ -59,6 +59,21 @@ DIAG = {
     # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
     "polled-b16-1acc": 1 << 29,
     "polled-b16-5acc": 1 << 30,  # five accumulators, one per group
+    # kernel A publishes 8 copies of h, each 16-column unit B polls copy tile % 8
+    "polled-b16-copies": 1 << 31,
+    # the 16-column kernel B holds its W2 loads back 250 ns x k after its start
+    **{f"polled-b16-hold{250 * k}": k << 32 for k in range(1, 8)},
+    # kernel A bringing W13 in by bulk copies, dequantizing groups as they arrive (sm_90)
+    "polled-a-tma": 1 << 35,
+    "A-tma-only": (1 << 35) | 4,
+    # kernel A's MMAs from zero per group, the column partials added in group order
+    "polled-a-grpacc": 1 << 36,
+    "A-grpacc-only": (1 << 36) | 4,
+    # kernel A alone, loads only (no arithmetic, no h, no W2 prefetch): its W13 stream
+    "A-load-only-w13": 8192 | 4 | 1024,
+    # kernel A alone with 8 / 20 warps per CTA (waiting form's A, no W2 prefetch)
+    "A8-only": (1 << 6) | 4 | 1024,
+    "A20-only": (3 << 6) | 4 | 1024,
     "fused": 512,
     "no-prefetch": 1024,
     "split": 4096,
@@ -71,6 +86,7 @@ DIAG = {
 # Not op variants, timed in the same graph: the benchmark's read floor (read_floor_m1, 4 loads
 # per thread, PDL), so kernel A's loads compare with it directly, and the derive kernel alone.
 FLOOR = "floor"
+FLOOR_W13 = "floor-w13"  # the read floor of the W13 segments only (5.12 MB at 4-byte)
 DERIVE_ONLY = "derive-only"
 ROUTE_BYTES = {"4byte": 10 * 768_000, "3byte": 10 * (409_600 + 76_800 + 204_800 + 38_400)}
 
@@ -104,8 +120,9 @@ def capture_layers(
                 torch.ops.qpnserve.derive_input_m1(x, ids, w, outs[i - 1], seed, ids_src, w_src)
             if path == DERIVE_ONLY:
                 continue
-            if path == FLOOR:
-                torch.ops.qpnserve.read_floor_m1(sink, b.w13, b.s13, b.w2, b.s2, ids, 4, True, 0)
+            if path in (FLOOR, FLOOR_W13):
+                hint = 2 if path == FLOOR_W13 else 0
+                torch.ops.qpnserve.read_floor_m1(sink, b.w13, b.s13, b.w2, b.s2, ids, 4, True, hint)
             else:
                 torch.ops.qpnserve.awq_moe_m1_out_path(
                     out, inter, x, b.w13, b.s13, b.w2, b.s2, ids, w, int(path)
@@ -163,7 +180,9 @@ def main() -> None:
         "--rounds", type=int, default=3, help="rounds over all variants (median of the rounds)"
     )
     parser.add_argument(
-        "--diag", default="", help="comma list of " + ",".join([*DIAG, FLOOR, DERIVE_ONLY])
+        "--diag",
+        default="",
+        help="comma list of " + ",".join([*DIAG, FLOOR, FLOOR_W13, DERIVE_ONLY]),
     )
     parser.add_argument(
         "--all-formats", action="store_true", help="the --diag variants for 3byte too"
@@ -191,10 +210,11 @@ def main() -> None:
             for diag in [""] + [d for d in args.diag.split(",") if d]:
                 if diag and (path_name != "auto" or (fmt != "4byte" and not args.all_formats)):
                     continue
-                if diag == FLOOR and args.experts != 512:
+                if diag in (FLOOR, FLOOR_W13) and args.experts != 512:
                     print(f"{fmt:7} {path_name:9} {diag:12} {'-':>9} (read_floor_m1 needs E=512)")
                     continue
-                path = diag if diag in (FLOOR, DERIVE_ONLY) else PATHS[path_name] | DIAG[diag]
+                special = (FLOOR, FLOOR_W13, DERIVE_ONLY)
+                path = diag if diag in special else PATHS[path_name] | DIAG[diag]
                 rows.append((path_name, diag, path))
         figures = time_variants(
             banks, [path for *_, path in rows], args.iters, args.rounds, args.derive
