@@ -33,12 +33,8 @@ constexpr int kMaxDepthA = kGroups13;
 // past its polls stores that as the new epoch. Each 64-bit word is one single-copy-atomic access,
 // so a word with the tag holds this call's values. Module scope like the split form's shares:
 // calls on one device must not run concurrently.
-// kPolledReplicas: kernel A can publish h into that many copies, so that the 160 units B poll
-// (tile % kPolledReplicas) copies spread over more L2 lines instead of all polling one.
-constexpr int kPolledReplicas = 8;
 struct PolledH {
-  // (tag << 32) | h[2j + 1] << 16 | h[2j]; copy 0 is the only one unless A publishes copies
-  unsigned long long words[kPolledReplicas][kRoutes][kInter / 2];
+  unsigned long long words[kRoutes][kInter / 2];  // (tag << 32) | h[2j + 1] << 16 | h[2j]
   unsigned epoch;    // the tag of the last completed call
   unsigned arrived;  // units B of this call counted in
 };

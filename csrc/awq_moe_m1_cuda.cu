@@ -81,19 +81,6 @@ constexpr int64_t kDiagB16Late = int64_t{1} << 28;
 constexpr int64_t kDiagB16OneChain = int64_t{1} << 29;
 // with the polled hand-off (tuning runs): the 16-column kernel B's MMAs in five accumulators
 constexpr int64_t kDiagB16FiveChains = int64_t{1} << 30;
-// with the polled hand-off (tuning runs): kernel A publishes kPolledReplicas copies of h and
-// each 16-column unit B polls copy tile % kPolledReplicas (fewer pollers per L2 line)
-constexpr int64_t kDiagB16Copies = int64_t{1} << 31;
-// bits 32-34, with the polled hand-off (tuning runs): the 16-column kernel B holds its W2 loads
-// back until 250 ns x k after its start (k = 1..7), so that kernel A's W13 is served first
-constexpr int64_t kDiagB16HoldShift = 32;
-constexpr int64_t kDiagB16HoldMask = int64_t{7} << kDiagB16HoldShift;
-// with the polled hand-off (tuning runs): kernel A brings its W13 in by bulk copies, one
-// mbarrier per group, and dequantizes the groups as they arrive (w13_swiglu_tma_kernel)
-constexpr int64_t kDiagATma = int64_t{1} << 35;
-// with the polled hand-off (tuning runs): kernel A's MMAs start from zero for every group, the
-// lane's column partials added in group order (no chain of dependent MMAs through the groups)
-constexpr int64_t kDiagAGroupAcc = int64_t{1} << 36;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -104,9 +91,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
                               kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32 |
-                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains |
-                              kDiagB16Copies | kDiagB16HoldMask | kDiagATma |
-                              kDiagAGroupAcc;
+                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -159,20 +144,6 @@ void* symbol_address(const void* symbol, AddressCache& cache, int device) {
 float* y_part_address(int device) {
   static AddressCache cache{};
   return static_cast<float*>(symbol_address(&qpn::g_y_part, cache, device));
-}
-// Raise a kernel's dynamic shared memory limit to `bytes` once per device.
-template <typename Kernel>
-void allow_smem(Kernel* kernel, int bytes, int device) {
-  static std::mutex mu;
-  static std::array<int, 64> done{};
-  std::lock_guard<std::mutex> lock(mu);
-  TORCH_CHECK(device >= 0 && device < static_cast<int>(done.size()),
-              "awq_moe_m1_out: device index out of range");
-  if (done[device] < bytes) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    done[device] = bytes;
-  }
 }
 qpn::PolledH* polled_address(int device) {
   static AddressCache cache{};
@@ -284,36 +255,10 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
                    : (diag & kDiagB16OneChain) != 0   ? qpn::w2_combine16_kernel<kMeta3, false, 1>
                    : (diag & kDiagB16FiveChains) != 0 ? qpn::w2_combine16_kernel<kMeta3, false, 5>
                                                       : qpn::w2_combine16_kernel<kMeta3>;
-        if ((diag & kDiagB16Copies) != 0) {
-          kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false,
-                                            qpn::kPublishCopies>;
-          kernel_b = qpn::w2_combine16_kernel<kMeta3, false, 2, qpn::kPolledReplicas>;
-        } else if ((diag & kDiagB16HoldMask) != 0) {
-          kernel_b = qpn::w2_combine16_kernel<kMeta3, false, 2, 1, true>;
-          a.b_delay_ns = static_cast<int>(((diag & kDiagB16HoldMask) >> kDiagB16HoldShift) * 250);
-        }
         ctas_b = qpn::kTiles2x16;
       }
       warps_a = 16;
       a.polled = polled_address(device);
-      if ((diag & kDiagAGroupAcc) != 0) {
-        kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTag,
-                                          true>;
-      }
-      if ((diag & kDiagATma) != 0) {
-        auto* tma = qpn::w13_swiglu_tma_kernel<kMeta3>;
-        const int smem = qpn::tma_smem_bytes<kMeta3>();
-        allow_smem(tma, smem, device);
-        a.diag |= qpn::kDiagNoW2Prefetch;
-        if ((diag & kDiagSkipA) == 0) {
-          qpn_launch::launch_smem(tma, dim3(qpn::kTiles13, qpn::kRoutes),
-                                  dim3(qpn::kWarpsTma * 32), smem, use_pdl, stream, a);
-        }
-        if ((diag & kDiagSkipB) == 0) {
-          qpn_launch::launch(kernel_b, dim3(ctas_b), dim3(qpn::kWarpsB * 32), use_pdl, stream, a);
-        }
-        return;
-      }
       a.diag |= qpn::kDiagNoW2Prefetch;
     }
   }

@@ -48,20 +48,15 @@ __device__ __forceinline__ void wait_h_ready(int route) {
 __device__ PolledH g_polled_h;
 
 // Warp 0 of unit A (tile, route), lanes 0..15 holding h[16 tile + lane]: the even lanes publish
-// the pairs, each with the tag, in one 64-bit store per copy (kCopies of PolledH's words).
-template <int kCopies = 1>
+// the pairs, each with the tag, in one 64-bit store.
 __device__ __forceinline__ void publish_h(PolledH* p, int route, int tile, __half h, unsigned tag,
                                           int lane) {
-  static_assert(kCopies >= 1 && kCopies <= kPolledReplicas, "copies of h");
   const unsigned mine = __half_as_ushort(h);
   const unsigned next = __shfl_down_sync(0xffffffffu, mine, 1);
   if (lane < kTile / 2 && (lane & 1) == 0) {
     const unsigned long long word =
         (static_cast<unsigned long long>(tag) << 32) | (next << 16) | mine;
-#pragma unroll
-    for (int c = 0; c < kCopies; ++c) {
-      store_relaxed_gpu(&p->words[c][route][tile * (kTile / 4) + lane / 2], word);
-    }
+    store_relaxed_gpu(&p->words[route][tile * (kTile / 4) + lane / 2], word);
   }
 }
 
@@ -69,13 +64,12 @@ __device__ __forceinline__ void publish_h(PolledH* p, int route, int tile, __hal
 // values of h into hs (shared, in order). Lane l reads words 2l, 2l + 1 and (l < 8) 64 + 2l,
 // 65 + 2l. A tag that never arrives means concurrent calls on one device or a broken launch:
 // trap after 2^22 polls (about a second) instead of hanging the server.
-// copy: which of PolledH's copies to poll (0 unless kernel A publishes copies).
 __device__ __forceinline__ void poll_h(const PolledH* p, int route, unsigned tag, unsigned* hs,
-                                       int lane, int copy = 0) {
+                                       int lane) {
   constexpr int kWords = kInter / 2;
   constexpr int kTail = (kWords - 64) / 2;  // lanes that read a second pair
   static_assert(kWords > 64 && kWords <= 128 && kWords % 2 == 0, "two pairs per lane at most");
-  const unsigned long long* w = p->words[copy][route];
+  const unsigned long long* w = p->words[route];
   const unsigned long long fresh = static_cast<unsigned long long>(tag) << 32;
   ulonglong2 v0, v1 = make_ulonglong2(fresh, fresh);
   unsigned polls = 0;
@@ -144,15 +138,9 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 // kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag.
 constexpr int kNoPublish = 0;
 constexpr int kPublishTag = 1;
-constexpr int kPublishCopies = 2;  // tuning runs: kPolledReplicas copies of the tagged words
-template <int kPublish>
-__host__ __device__ constexpr int publish_copies() {
-  return kPublish == kPublishCopies ? kPolledReplicas : 1;
-}
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
-          bool kLateW2 = false, int kPublish = kNoPublish, bool kGroupAcc = false>
+          bool kLateW2 = false, int kPublish = kNoPublish>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
-  static_assert(!kGroupAcc || !kMma884, "per-group accumulators: m16n8k16 only");
   constexpr int kG = kGroups13 / kWarpsA;
   constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
@@ -178,8 +166,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     if (kSignal && warp == 0) signal_h_ready(route, lane);
     if (kPublish != kNoPublish && warp == 0) {
       const unsigned seen = load_relaxed_gpu(&a.polled->epoch);
-      publish_h<publish_copies<kPublish>()>(a.polled, route, tile, __float2half_rn(0.0f),
-                                            seen + 1u, lane);
+      publish_h(a.polled, route, tile, __float2half_rn(0.0f), seen + 1u, lane);
     }
     return;
   }
@@ -209,15 +196,9 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   __syncwarp();
 
   WarpAcc<kMma884> acc;
-  float grp_sum = 0.0f;  // kGroupAcc: the lane's column partials of the groups, in group order
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
-    if constexpr (kGroupAcc) {
-      WarpAcc<false> ag;
-      dot_group<kMeta3, false>(ag, ring[g % kDepth], xs[warp][4 * g + lm.kq]);
-      const float p = lane_column(ag, lane);
-      grp_sum = g == 0 ? p : grp_sum + p;
-    } else if constexpr (kLoadOnly) {
+    if constexpr (kLoadOnly) {
       const GroupFrag<kMeta3>& f = ring[g % kDepth];
       acc.d[0][0] += __uint_as_float((f.codes.x ^ f.codes.y ^ f.codes.z ^ f.codes.w ^ f.meta.x ^
                                       f.meta.y ^ f.meta.z ^ f.meta.w) & 0x3fffffffu);
@@ -226,13 +207,8 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     }
     if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
   }
-  if constexpr (kGroupAcc) {
-    part[warp * kTile + lane] = grp_sum;
-    trace_stamp_after(slot, 4, grp_sum);  // warp 0's dots done
-  } else {
-    store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
-    trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
-  }
+  store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
+  trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
   __syncthreads();
   trace_stamp(slot, 2);  // every warp's dot products done
   if (kLateW2 && warp != 0) {
@@ -243,9 +219,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 
   if (warp == 0) {
     const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
-    if (kPublish != kNoPublish) {  // B polls it
-      publish_h<publish_copies<kPublish>()>(a.polled, route, tile, h, tag_s, lane);
-    }
+    if (kPublish != kNoPublish) publish_h(a.polled, route, tile, h, tag_s, lane);  // B polls it
     store_h(h, hs, h_out, lane);
     trace_stamp(slot, 3);  // h stored
     trace_flush(slot);
@@ -432,10 +406,7 @@ __device__ __forceinline__ float sum_chains(const float (&d)[kChains][4], int i)
   }
 }
 
-// kCopies (tuning runs): kernel A publishes that many copies of h; this unit polls copy
-// tile % kCopies. kHold (tuning runs): the W2 loads wait until a.b_delay_ns after the start.
-template <bool kMeta3, bool kDequantLate = false, int kChains = 2, int kCopies = 1,
-          bool kHold = false>
+template <bool kMeta3, bool kDequantLate = false, int kChains = 2>
 __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
   __shared__ float ys[kRoutes * kCols16];
@@ -453,10 +424,6 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   const bool valid = route_is_valid(e, a.num_experts);
   Cols16Weights q[kGroups2];
   Cols16Frag<kMeta3> f[kGroups2];
-  if constexpr (kHold) {
-    const unsigned long long until = global_ns() + static_cast<unsigned>(a.b_delay_ns);
-    while (global_ns() < until) __nanosleep(64);
-  }
   if (valid) {
     // The bank's 32-column tile tile / 2, its half tile & 1 (words 16 .. 31 of each k block).
     const uint2* codes = reinterpret_cast<const uint2*>(
@@ -480,7 +447,7 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
     valid_s[route] = valid;
   }
   trace_stamp(slot, 1);  // ready to wait (route 0's W2 loaded and dequantized)
-  poll_h(a.polled, route, tag, hsm[route], lane, tile % kCopies);
+  poll_h(a.polled, route, tag, hsm[route], lane);
   trace_stamp(slot, 2);  // h in
 
   if (valid) {
@@ -519,8 +486,7 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
 // for tuning runs. kMinBlocks 2 (at most 64 registers, no spills) is the sm_90 PDL form's kernel
 // A, beside w2_combine_capped_kernel.
 template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884), bool kLoadOnly = false,
-          int kMinBlocks = QPN_A_MIN_BLOCKS, bool kLateW2 = false, int kPublish = kNoPublish,
-          bool kGroupAcc = false>
+          int kMinBlocks = QPN_A_MIN_BLOCKS, bool kLateW2 = false, int kPublish = kNoPublish>
 __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(MoeArgs a) {
   // The previous kernel (the router) writes ids and x: wait for it before reading them.
   pdl_wait_primary();
@@ -530,8 +496,8 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
     if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
     return;
   }
-  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly, kLateW2, kPublish, kGroupAcc>(
-      a, blockIdx.x, blockIdx.y);
+  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly, kLateW2, kPublish>(a, blockIdx.x,
+                                                                                blockIdx.y);
 }
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
@@ -587,12 +553,11 @@ __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
 
 // Kernel B of 16 columns (w2_combine16_unit): grid (kTiles2x16), kWarpsB * 32 threads, at most
 // 80 registers like the capped kernel B, so one CTA fits beside each kernel A CTA.
-template <bool kMeta3, bool kDequantLate = false, int kChains = 2, int kCopies = 1,
-          bool kHold = false>
+template <bool kMeta3, bool kDequantLate = false, int kChains = 2>
 __global__ void QPN_B_CAPPED_BOUNDS(80) w2_combine16_kernel(MoeArgs a) {
   if (b_launch_only(a)) return;
   pdl_launch_dependents();  // it waits for kernel A's completion at its end
-  w2_combine16_unit<kMeta3, kDequantLate, kChains, kCopies, kHold>(a, blockIdx.x);
+  w2_combine16_unit<kMeta3, kDequantLate, kChains>(a, blockIdx.x);
 }
 
 // ---------------------------------------------------------------------------------------------

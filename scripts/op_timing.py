@@ -59,19 +59,11 @@ DIAG = {
     # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
     "polled-b16-1acc": 1 << 29,
     "polled-b16-5acc": 1 << 30,  # five accumulators, one per group
-    # kernel A publishes 8 copies of h, each 16-column unit B polls copy tile % 8
-    "polled-b16-copies": 1 << 31,
-    # the 16-column kernel B holds its W2 loads back 250 ns x k after its start
-    **{f"polled-b16-hold{250 * k}": k << 32 for k in range(1, 8)},
-    # kernel A bringing W13 in by bulk copies, dequantizing groups as they arrive (sm_90)
-    "polled-a-tma": 1 << 35,
-    "A-tma-only": (1 << 35) | 4,
-    # kernel A's MMAs from zero per group, the column partials added in group order
-    "polled-a-grpacc": 1 << 36,
-    "A-grpacc-only": (1 << 36) | 4,
     # kernel A alone, loads only (no arithmetic, no h, no W2 prefetch): its W13 stream
     "A-load-only-w13": 8192 | 4 | 1024,
-    # kernel A alone with 8 / 20 warps per CTA (waiting form's A, no W2 prefetch)
+    # kernel A alone as the waiting form's (16 warps, 64 registers, arithmetic, no h published,
+    # no W2 prefetch), and with 8 / 20 warps per CTA
+    "A-plain-only": 256 | 4 | 1024,
     "A8-only": (1 << 6) | 4 | 1024,
     "A20-only": (3 << 6) | 4 | 1024,
     "fused": 512,

@@ -143,10 +143,6 @@ OP_PATHS = {
     "polled-b16-late": 1 | (1 << 28),
     "polled-b16-1acc": 1 | (1 << 29),
     "polled-b16-5acc": 1 | (1 << 30),
-    "polled-b16-copies": 1 | (1 << 31),
-    "polled-b16-hold1000": 1 | (4 << 32),
-    "polled-a-tma": 1 | (1 << 35),
-    "polled-a-grpacc": 1 | (1 << 36),
 }
 
 

@@ -30,10 +30,6 @@ OP_PATH_NAMES = (
     "polled-b16-late",
     "polled-b16-1acc",
     "polled-b16-5acc",
-    "polled-b16-copies",
-    "polled-b16-hold1000",
-    "polled-a-tma",
-    "polled-a-grpacc",
 )
 
 
