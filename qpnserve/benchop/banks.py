@@ -266,14 +266,16 @@ def check_route_output(
     )
 
 
-def floor_expected_sum(layer: LayerBanks, ids: torch.Tensor) -> int:
-    """Wrapping 32-bit sum of every int32 word of the routed experts' four tensors."""
+def floor_expected_sum(layer: LayerBanks, ids: torch.Tensor, w13_only: bool = False) -> int:
+    """Wrapping 32-bit sum of every int32 word of the routed experts' four tensors (w13_only:
+    of the W13 weights and metadata only, what the floor's tuning mode cache_hint 2 reads)."""
     idx = ids.view(-1).to(torch.int64)
     idx = idx[(idx >= 0) & (idx < layer.w13.shape[0])]  # invalid routes read nothing
     total = 0
     if idx.numel() == 0:
         return 0
-    for bank in (layer.w13, layer.s13, layer.w2, layer.s2):
+    banks = (layer.w13, layer.s13) if w13_only else (layer.w13, layer.s13, layer.w2, layer.s2)
+    for bank in banks:
         words = bank[idx].contiguous().view(len(idx), -1).view(torch.int32)
         total += int(words.to(torch.int64).sum())
     return total & 0xFFFFFFFF

@@ -37,6 +37,20 @@ def test_floor_reads_every_routed_word_once(ops, fmt: str, loads: int, cache_hin
     )
 
 
+@pytest.mark.parametrize("fmt", ["4byte", "3byte"])
+def test_floor_w13_mode_reads_every_routed_w13_word_once(ops, fmt: str) -> None:
+    # cache_hint 2 (a tuning mode): the grid covers the W13 weights and metadata only.
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    layer = make_layer(fmt, gen, torch.device("cuda"))
+    ids = layer.route_ids.clone()
+    ids[0, 7] = 512  # an invalid route reads nothing
+    sink = torch.zeros((floor_sink_len(fmt, 4),), dtype=torch.int32, device="cuda")
+    ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, ids, 4, False, 2)
+    assert int(sink.to(torch.int64).sum()) & 0xFFFFFFFF == floor_expected_sum(
+        layer, layer.route_ids[:, [0, 1, 2, 3, 4, 5, 6, 8, 9]], w13_only=True
+    )
+
+
 def test_derive_kernel_matches_torch(ops) -> None:
     gen = torch.Generator(device="cuda").manual_seed(1)
     prev = (torch.randn(1, 2560, generator=gen, device="cuda") * 20).half()
