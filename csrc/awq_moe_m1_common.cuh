@@ -82,35 +82,6 @@ __device__ __forceinline__ void store_relaxed_gpu(unsigned long long* p, unsigne
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-// Thread block clusters (sm_90; only the pair form of kernel A uses them, never launched
-// elsewhere): this CTA's rank, a store into CTA `rank`'s copy of a shared variable, and a
-// barrier of every thread of the cluster (release / acquire, so the stores are visible after).
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
-}
-__device__ __forceinline__ void store_cluster_f32(float* local, unsigned rank, float v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void cluster_sync_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
-                   : "memory");
-#else
-  __trap();
-#endif
-}
-
 // %globaltimer, ns (tuning delays and trace stamps).
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;

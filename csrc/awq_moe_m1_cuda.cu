@@ -81,9 +81,6 @@ constexpr int64_t kDiagB16Late = int64_t{1} << 28;
 constexpr int64_t kDiagB16OneChain = int64_t{1} << 29;
 // with the polled hand-off (tuning runs): the 16-column kernel B's MMAs in five accumulators
 constexpr int64_t kDiagB16FiveChains = int64_t{1} << 30;
-// with the polled hand-off (tuning runs): kernel A as clusters of two CTAs of 8 warps, one K half
-// each (w13_swiglu_pair_kernel), its partials met in distributed shared memory
-constexpr int64_t kDiagAPair = int64_t{1} << 31;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -94,8 +91,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
                               kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32 |
-                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains |
-                              kDiagAPair;
+                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -264,17 +260,6 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       warps_a = 16;
       a.polled = polled_address(device);
       a.diag |= qpn::kDiagNoW2Prefetch;
-      if ((diag & kDiagAPair) != 0) {
-        if ((diag & kDiagSkipA) == 0) {
-          qpn_launch::launch_clusters(qpn::w13_swiglu_pair_kernel<kMeta3>,
-                                      dim3(2 * qpn::kTiles13, qpn::kRoutes),
-                                      dim3(qpn::kWarpsPair * 32), 2, use_pdl, stream, a);
-        }
-        if ((diag & kDiagSkipB) == 0) {
-          qpn_launch::launch(kernel_b, dim3(ctas_b), dim3(qpn::kWarpsB * 32), use_pdl, stream, a);
-        }
-        return;
-      }
     }
   }
   if ((diag & kDiagSkipA) == 0) {

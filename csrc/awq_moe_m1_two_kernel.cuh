@@ -138,30 +138,23 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 // kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag.
 constexpr int kNoPublish = 0;
 constexpr int kPublishTag = 1;
-// kPair (sm_90, tuning runs): the unit is a cluster of two CTAs of kWarpsA warps, each taking
-// one K half (CTA rank 0 groups 0..39, rank 1 groups 40..79); rank 1 stores its warps'
-// partials into rank 0's shared memory (distributed shared memory) where they take the places
-// of warps kWarpsA.., so with kWarpsA = 8 every sum is bit for bit the 16-warp unit's.
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
-          bool kLateW2 = false, int kPublish = kNoPublish, bool kPair = false>
+          bool kLateW2 = false, int kPublish = kNoPublish>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
-  static_assert(!kPair || (!kMma884 && !kSignal && !kLateW2), "pairs: the polled form only");
-  constexpr int kHalves = kPair ? 2 : 1;
-  constexpr int kG = kGroups13 / (kWarpsA * kHalves);
+  constexpr int kG = kGroups13 / kWarpsA;
   constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
   constexpr int kXChunks = kG * 4;  // 16 B chunks of x in this warp's k slice
   constexpr int kXPerLane = (kXChunks + 31) / 32;
-  __shared__ float part[kHalves * kWarpsA * kParts * kTile];
+  __shared__ float part[kWarpsA * kParts * kTile];
   __shared__ uint4 xs[kWarpsA][kXChunks];
   __shared__ __align__(16) __half hs[kTile / 2];
   __shared__ unsigned tag_s;
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int half = kPair ? static_cast<int>(cluster_rank()) : 0;
-  const int g0 = (half * kWarpsA + warp) * kG;
+  const int g0 = warp * kG;
   uint4 xr[kXPerLane];
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
@@ -171,7 +164,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   const auto [slot, e, h_out, valid] = unit_route(a, tile, route);
   if (!valid) {
     if (kSignal && warp == 0) signal_h_ready(route, lane);
-    if (kPublish != kNoPublish && warp == 0 && half == 0) {
+    if (kPublish != kNoPublish && warp == 0) {
       const unsigned seen = load_relaxed_gpu(&a.polled->epoch);
       publish_h(a.polled, route, tile, __float2half_rn(0.0f), seen + 1u, lane);
     }
@@ -180,9 +173,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   // The tag is needed only at the end: its load is issued here and consumed (thread 0 stores it
   // to shared memory) after the weight loads are issued.
   unsigned epoch = 0;
-  if (kPublish != kNoPublish && threadIdx.x == 0 && half == 0) {
-    epoch = load_relaxed_gpu(&a.polled->epoch);
-  }
+  if (kPublish != kNoPublish && threadIdx.x == 0) epoch = load_relaxed_gpu(&a.polled->epoch);
   const LaneMap<kMma884> lm(lane);
   const uint4* codes = reinterpret_cast<const uint4*>(
       a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
@@ -216,23 +207,9 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     }
     if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
   }
-  if constexpr (kPair) {
-    // Both halves' partials into rank 0's part, in warp order (half 1 after half 0), then one
-    // barrier for the cluster; rank 1 is done after it.
-    float* mine = part + (half * kWarpsA + warp) * kTile;
-    if (half == 0) {
-      store_partials<false>(acc, mine, lane);
-    } else {
-      store_cluster_f32(mine + lane, 0, lane_column(acc, lane));
-    }
-    trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
-    cluster_sync_all();
-    if (half != 0) return;
-  } else {
-    store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
-    trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
-    __syncthreads();
-  }
+  store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
+  trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
+  __syncthreads();
   trace_stamp(slot, 2);  // every warp's dot products done
   if (kLateW2 && warp != 0) {
     // All of the tile's W13 is in. Warps 1.. prefetch (warp 0 goes on to SwiGLU); the id is
@@ -241,7 +218,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   }
 
   if (warp == 0) {
-    const __half h = swiglu_h<kHalves * kWarpsA * kParts>(part, lane);
+    const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
     if (kPublish != kNoPublish) publish_h(a.polled, route, tile, h, tag_s, lane);  // B polls it
     store_h(h, hs, h_out, lane);
     trace_stamp(slot, 3);  // h stored
@@ -521,22 +498,6 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
   }
   w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly, kLateW2, kPublish>(a, blockIdx.x,
                                                                                 blockIdx.y);
-}
-
-// Kernel A of the polled form as clusters of two CTAs of 8 warps, one K half each (kPair; sm_90,
-// tuning runs): grid (2 kTiles13, kRoutes), launched with cluster dimensions (2, 1, 1); 200 CTAs
-// of 256 threads at 64 registers.
-constexpr int kWarpsPair = 8;
-template <bool kMeta3>
-__global__ void __launch_bounds__(kWarpsPair * 32, 4) w13_swiglu_pair_kernel(MoeArgs a) {
-  pdl_wait_primary();
-  pdl_launch_dependents();
-  if (a.diag & kDiagLaunchOnly) {
-    if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
-    return;
-  }
-  w13_swiglu_unit<kMeta3, false, kWarpsPair, false, false, false, kPublishTag, true>(
-      a, blockIdx.x >> 1, blockIdx.y);
 }
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.

@@ -31,26 +31,4 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, bool pdl, cudaStre
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// The same with thread block clusters of (cluster_x, 1, 1) CTAs (sm_90+).
-template <typename... Params, typename... Args>
-void launch_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster_x,
-                     bool pdl, cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = cluster_x;
-  attrs[0].val.clusterDim.y = 1;
-  attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attrs;
-  config.numAttrs = pdl ? 2 : 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
 }  // namespace qpn_launch

@@ -59,10 +59,6 @@ DIAG = {
     # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
     "polled-b16-1acc": 1 << 29,
     "polled-b16-5acc": 1 << 30,  # five accumulators, one per group
-    # kernel A as clusters of two CTAs of 8 warps, one K half each, partials met in distributed
-    # shared memory (its h bit for bit the default's)
-    "polled-a-pair": 1 << 31,
-    "A-pair-only": (1 << 31) | 4,
     # kernel A alone, loads only (no arithmetic, no h, no W2 prefetch): its W13 stream
     "A-load-only-w13": 8192 | 4 | 1024,
     # kernel A alone as the waiting form's (16 warps, 64 registers, arithmetic, no h published,

@@ -43,8 +43,6 @@ PATH_B32 = 1 << 27
 PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll (one accumulator)
 PATH_B16_1ACC = 1 << 29  # its MMAs in one accumulator (the default has two: another FP32 order)
 PATH_B16_5ACC = 1 << 30  # five accumulators, one per group
-# Kernel A as clusters of two CTAs, one K half each (sm_90 with PDL; elsewhere the default path).
-PATH_A_PAIR = 1 << 31
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -57,7 +55,6 @@ PATHS = {
     "polled_b16_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_LATE,
     "polled_b16_1acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_1ACC,
     "polled_b16_5acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_5ACC,
-    "polled_a_pair": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_A_PAIR,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
@@ -177,7 +174,6 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
         "polled_b16_late",
         "polled_b16_1acc",
         "polled_b16_5acc",
-        "polled_a_pair",
     ],
 )
 def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
@@ -217,18 +213,6 @@ def test_gpu_polled_forms_do_the_waiting_forms_arithmetic_bit_for_bit(
     torch.cuda.synchronize()
     assert torch.equal(p_out.view(torch.int16), w_out.view(torch.int16))
     assert torch.equal(p_inter.view(torch.int16), w_inter.view(torch.int16))
-
-
-def test_gpu_pair_kernel_a_gives_the_default_results_bit_for_bit(banks: ref.Banks) -> None:
-    # Kernel A in two K halves meets its warps' partials in the 16-warp unit's order: the same
-    # h and out as the default polled form, with valid, duplicate and invalid ids.
-    for seed in (39, 40):
-        x, ids, weights = _cuda(*mixed_routes(seed))
-        p_out, p_inter = run_op(banks, x, ids, weights, path=PATHS["polled_a_pair"])
-        d_out, d_inter = run_op(banks, x, ids, weights, path=PATHS["two_kernels_polled"])
-        torch.cuda.synchronize()
-        assert torch.equal(p_out.view(torch.int16), d_out.view(torch.int16))
-        assert torch.equal(p_inter.view(torch.int16), d_inter.view(torch.int16))
 
 
 def test_gpu_three_runs_are_bit_identical(banks: ref.Banks, path: int) -> None:
