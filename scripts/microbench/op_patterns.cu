@@ -126,12 +126,8 @@ int main() {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   const long long bytes = 8ll << 30;
-  char* buf = nullptr;
-  if (cudaMalloc(&buf, bytes) != cudaSuccess) {
-    std::printf("cudaMalloc failed\n");
-    return 1;
-  }
-  cudaMemset(buf, 1, bytes);
+  char* buf = region_buffer(bytes);
+  if (buf == nullptr) return 1;
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<long long> pick(0, (bytes - kRoute) / 4096);
   struct Case {
@@ -169,11 +165,5 @@ int main() {
     std::printf("%-44s %7.2f us  %6.0f GB/s  (p10 %.2f, p90 %.2f)\n", c.name, us, c.mb * 1e3 / us,
                 spans[spans.size() / 10], spans[spans.size() * 9 / 10]);
   }
-  const cudaError_t err = cudaGetLastError();
-  cudaFree(buf);
-  if (err != cudaSuccess) {
-    std::printf("CUDA error: %s\n", cudaGetErrorString(err));
-    return 1;
-  }
-  return 0;
+  return finish(buf);
 }

@@ -197,12 +197,8 @@ int main() {
   cudaGetDeviceProperties(&prop, 0);
   const int sms = prop.multiProcessorCount;
   const long long bytes = 8ll << 30;
-  char* buf = nullptr;
-  if (cudaMalloc(&buf, bytes) != cudaSuccess) {
-    std::printf("cudaMalloc failed\n");
-    return 1;
-  }
-  cudaMemset(buf, 1, bytes);
+  char* buf = region_buffer(bytes);
+  if (buf == nullptr) return 1;
   std::mt19937_64 rng(11);
   std::uniform_int_distribution<long long> pick(0, (bytes - kRoute) / 4096);
   const int s = sms, s2 = 2 * sms;
@@ -267,11 +263,5 @@ int main() {
     std::printf("%-44s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n", c.name, m(a), m(b), m(d), m(e), m(f),
                 m(g));
   }
-  const cudaError_t err = cudaGetLastError();
-  cudaFree(buf);
-  if (err != cudaSuccess) {
-    std::printf("CUDA error: %s\n", cudaGetErrorString(err));
-    return 1;
-  }
-  return 0;
+  return finish(buf);
 }

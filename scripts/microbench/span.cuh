@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdio>
+
 __device__ unsigned long long g_start = ~0ull, g_end = 0ull;
 __device__ unsigned g_sink;
 
@@ -35,4 +37,26 @@ inline double span_us() {
   cudaMemcpyFromSymbol(&start, g_start, sizeof(start));
   cudaMemcpyFromSymbol(&end, g_end, sizeof(end));
   return (end - start) / 1000.0;
+}
+
+// A buffer of `bytes` (set to ones) in which each launch picks regions the previous launches did
+// not touch, so that nothing comes from L2; nullptr, after a message, if it cannot be had.
+inline char* region_buffer(long long bytes) {
+  char* buf = nullptr;
+  if (cudaMalloc(&buf, bytes) != cudaSuccess) {
+    std::printf("cudaMalloc failed\n");
+    return nullptr;
+  }
+  cudaMemset(buf, 1, bytes);
+  return buf;
+}
+// After the last launch: frees the buffer and reports a CUDA error; the process's exit code.
+inline int finish(char* buf) {
+  const cudaError_t err = cudaGetLastError();
+  cudaFree(buf);
+  if (err != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(err));
+    return 1;
+  }
+  return 0;
 }

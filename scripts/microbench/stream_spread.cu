@@ -69,12 +69,9 @@ int main() {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   const long long bytes = 8ll << 30;  // 8 GiB, 130x the L2
-  uint4* buf = nullptr;
-  if (cudaMalloc(&buf, bytes) != cudaSuccess) {
-    std::printf("cudaMalloc failed\n");
-    return 1;
-  }
-  cudaMemset(buf, 1, bytes);
+  char* mem = region_buffer(bytes);
+  if (mem == nullptr) return 1;
+  const uint4* buf = reinterpret_cast<const uint4*>(mem);
   const long long buf16 = bytes / 16;
   std::printf("# %s, %d SMs; span of one launch (first CTA start to last CTA end), median\n",
               prop.name, prop.multiProcessorCount);
@@ -93,6 +90,5 @@ int main() {
     std::printf("%8d %8d %6d %10.1f %10.2f %10.2f %8.0f\n", c.ctas, c.threads, c.loads,
                 c.threads * c.loads * 16 / 1024.0, mb, us, mb * 1e3 / us);
   }
-  cudaFree(buf);
-  return 0;
+  return finish(mem);
 }
