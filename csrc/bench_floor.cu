@@ -270,13 +270,14 @@ void launch_floor(bool pdl, int64_t hint, dim3 grid, cudaStream_t stream, unsign
   }
 }
 
-int64_t floor_chunks_per_route(int64_t loads_per_thread, int s13_vecs, int s2_vecs) {
+// Chunks (CTAs) per route over the four segments, or over the two of W13 (w13_only: the tuning
+// mode cache_hint 2).
+int64_t floor_chunks_per_route(int64_t loads_per_thread, int s13_vecs, int s2_vecs,
+                               bool w13_only = false) {
   const int64_t per_block = loads_per_thread * kFloorThreads;
+  const int64_t segments[4] = {kW13WeightVecs, s13_vecs, kW2WeightVecs, s2_vecs};
   int64_t chunks = 0;
-  for (const int64_t vecs : {int64_t{kW13WeightVecs}, int64_t{s13_vecs},
-                             int64_t{kW2WeightVecs}, int64_t{s2_vecs}}) {
-    chunks += (vecs + per_block - 1) / per_block;
-  }
+  for (int i = 0; i < (w13_only ? 2 : 4); ++i) chunks += (segments[i] + per_block - 1) / per_block;
   return chunks;
 }
 
@@ -336,14 +337,9 @@ void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s1
   }
   const int s13_vecs = three_byte ? kS13Vecs3Byte : kS13Vecs4Byte;
   const int s2_vecs = three_byte ? kS2Vecs3Byte : kS2Vecs4Byte;
-  const int64_t per_block = loads_per_thread * kFloorThreads;
-  const int64_t w13_chunks = (kW13WeightVecs + per_block - 1) / per_block +
-                             (s13_vecs + per_block - 1) / per_block;
-  const dim3 grid(
-      static_cast<unsigned>(cache_hint == 2
-                                ? w13_chunks
-                                : floor_chunks_per_route(loads_per_thread, s13_vecs, s2_vecs)),
-      kTopK);
+  const dim3 grid(static_cast<unsigned>(
+                      floor_chunks_per_route(loads_per_thread, s13_vecs, s2_vecs, cache_hint == 2)),
+                  kTopK);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index());
   auto* sink_ptr = reinterpret_cast<unsigned*>(sink.data_ptr<int>());
   auto* w13_ptr = reinterpret_cast<const Vec16*>(w13.data_ptr());

@@ -79,6 +79,18 @@ def test_floor_expected_sum_wraps_at_32_bits() -> None:
     assert floor_expected_sum(layer, layer.route_ids) == (total + 1) % 2**32
 
 
+def test_floor_expected_sum_w13_only_leaves_w2_out() -> None:
+    gen = torch.Generator().manual_seed(6)
+    layer = make_layer("4byte", gen, torch.device("cpu"), num_experts=12)
+    w13_sum = floor_expected_sum(layer, layer.route_ids, w13_only=True)
+    expert = int(layer.route_ids[0, 0])
+    layer.w2[expert].view(-1)[0] += 1
+    layer.s2[expert].view(-1)[0] += 1
+    assert floor_expected_sum(layer, layer.route_ids, w13_only=True) == w13_sum
+    layer.s13[expert].view(-1)[0] += 1
+    assert floor_expected_sum(layer, layer.route_ids, w13_only=True) == (w13_sum + 1) % 2**32
+
+
 def test_derive_mixes_clamped_previous_output_into_seed() -> None:
     seed = torch.full((1, 2560), 1.0, dtype=torch.float16)
     prev = torch.full((1, 2560), 100.0, dtype=torch.float16)
