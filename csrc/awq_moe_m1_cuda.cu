@@ -81,18 +81,6 @@ constexpr int64_t kDiagB16Late = int64_t{1} << 28;
 constexpr int64_t kDiagB16OneChain = int64_t{1} << 29;
 // with the polled hand-off (tuning runs): the 16-column kernel B's MMAs in five accumulators
 constexpr int64_t kDiagB16FiveChains = int64_t{1} << 30;
-// with the polled hand-off (tuning runs): kernel A brings its W13 into shared memory by cp.async,
-// one mbarrier per group, and dequantizes the groups as they arrive (w13_swiglu_async_kernel)
-constexpr int64_t kDiagAAsync = int64_t{1} << 31;
-// with the polled hand-off (tuning runs): kernel A's warps issue their loads in rounds, group by
-// group, a barrier between rounds
-constexpr int64_t kDiagARounds = int64_t{1} << 32;
-// with the polled hand-off (tuning runs): kernel A runs each group's arithmetic twice (wrong h)
-constexpr int64_t kDiagAArith2 = int64_t{1} << 33;
-// with the polled hand-off and kDiagSkipB only (tuning runs): kernel A in 200 CTAs of 8 warps,
-// each unit's K range in two halves on two CTAs (h wrong)
-constexpr int64_t kDiagAKHalves = int64_t{1} << 34;
-constexpr int64_t kDiagAKHalvesLoadOnly = int64_t{1} << 35;  // with it: loads only
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -103,9 +91,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
                               kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32 |
-                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains |
-                              kDiagAAsync | kDiagARounds | kDiagAArith2 |
-                              kDiagAKHalves | kDiagAKHalvesLoadOnly;
+                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -158,20 +144,6 @@ void* symbol_address(const void* symbol, AddressCache& cache, int device) {
 float* y_part_address(int device) {
   static AddressCache cache{};
   return static_cast<float*>(symbol_address(&qpn::g_y_part, cache, device));
-}
-// Raise a kernel's dynamic shared memory limit to `bytes` once per device.
-template <typename Kernel>
-void allow_smem(Kernel* kernel, int bytes, int device) {
-  static std::mutex mu;
-  static std::array<int, 64> done{};
-  std::lock_guard<std::mutex> lock(mu);
-  TORCH_CHECK(device >= 0 && device < static_cast<int>(done.size()),
-              "awq_moe_m1_out: device index out of range");
-  if (done[device] < bytes) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    done[device] = bytes;
-  }
 }
 qpn::PolledH* polled_address(int device) {
   static AddressCache cache{};
@@ -247,7 +219,6 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
                            : qpn::w2_combine_kernel<kMeta3, kUse884, 0>;
   int warps_a = qpn::warps_a(kUse884);
   int ctas_b = qpn::kTiles2;
-  int tiles_a = qpn::kTiles13;
   if (!kUse884) {
     if (use_pdl) {
       kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2>;
@@ -289,40 +260,11 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       warps_a = 16;
       a.polled = polled_address(device);
       a.diag |= qpn::kDiagNoW2Prefetch;
-      if ((diag & kDiagARounds) != 0) {
-        kernel_a =
-            qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTag, true>;
-      }
-      if ((diag & kDiagAArith2) != 0) {
-        kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTag,
-                                          false, 2>;
-      }
-      if ((diag & kDiagAKHalves) != 0) {
-        TORCH_CHECK((diag & kDiagSkipB) != 0, "awq_moe_m1_out_path: K halves time kernel A alone");
-        kernel_a = (diag & kDiagAKHalvesLoadOnly) != 0
-                       ? qpn::w13_swiglu_kernel<kMeta3, false, 8, true, 2, false,
-                                                qpn::kPublishTag, false, 1, 2>
-                       : qpn::w13_swiglu_kernel<kMeta3, false, 8, false, 2, false,
-                                                qpn::kPublishTag, false, 1, 2>;
-        warps_a = 8;
-        tiles_a = 2 * qpn::kTiles13;
-      }
-      if ((diag & kDiagAAsync) != 0) {
-        auto* async_a = qpn::w13_swiglu_async_kernel<kMeta3>;
-        const int smem = qpn::async_smem_bytes<kMeta3>();
-        allow_smem(async_a, smem, device);
-        qpn_launch::launch_smem(async_a, dim3(qpn::kTiles13, qpn::kRoutes),
-                                dim3(qpn::kWarpsAsync * 32), smem, use_pdl, stream, a);
-        if ((diag & kDiagSkipB) == 0) {
-          qpn_launch::launch(kernel_b, dim3(ctas_b), dim3(qpn::kWarpsB * 32), use_pdl, stream, a);
-        }
-        return;
-      }
     }
   }
   if ((diag & kDiagSkipA) == 0) {
-    qpn_launch::launch(kernel_a, dim3(tiles_a, qpn::kRoutes), dim3(warps_a * 32), use_pdl, stream,
-                       a);
+    qpn_launch::launch(kernel_a, dim3(qpn::kTiles13, qpn::kRoutes), dim3(warps_a * 32), use_pdl,
+                       stream, a);
   }
   if ((diag & kDiagSkipB) == 0) {
     qpn_launch::launch(kernel_b, dim3(ctas_b), dim3(qpn::kWarpsB * 32), use_pdl, stream, a);

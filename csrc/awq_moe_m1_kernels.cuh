@@ -35,5 +35,4 @@
 // Reading order: what the forms share, the two-kernel and fused forms, the split form.
 #include "awq_moe_m1_common.cuh"
 #include "awq_moe_m1_two_kernel.cuh"
-#include "awq_moe_m1_async.cuh"
 #include "awq_moe_m1_split.cuh"

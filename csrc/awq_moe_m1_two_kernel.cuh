@@ -138,18 +138,10 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
 // kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag.
 constexpr int kNoPublish = 0;
 constexpr int kPublishTag = 1;
-// kRounds (tuning runs): the CTA's warps issue their loads group by group, a barrier between
-// rounds, so that every warp's first group is requested before any warp's second.
-// kReps (tuning runs): each group's dequantization and MMAs run kReps times (h is then wrong),
-// which measures how much of kernel A's arithmetic its stream hides.
-// kKParts (tuning runs, kernel A alone): the unit's K range in kKParts CTAs, this one part
-// `kpart` (h is then wrong), which measures kernel A's work spread over more SMs.
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
-          bool kLateW2 = false, int kPublish = kNoPublish, bool kRounds = false, int kReps = 1,
-          int kKParts = 1>
-__device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route,
-                                                int kpart = 0) {
-  constexpr int kG = kGroups13 / (kWarpsA * kKParts);
+          bool kLateW2 = false, int kPublish = kNoPublish>
+__device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
+  constexpr int kG = kGroups13 / kWarpsA;
   constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
@@ -162,7 +154,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int g0 = (kpart * kWarpsA + warp) * kG;
+  const int g0 = warp * kG;
   uint4 xr[kXPerLane];
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
@@ -191,10 +183,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   constexpr int kMetaGroupBytes = kN13 * kRecordBytes;
   GroupFrag<kMeta3> ring[kDepth];
 #pragma unroll
-  for (int g = 0; g < kDepth; ++g) {
-    load_group(ring[g], codes, meta, kMetaGroupBytes, g, lm);
-    if (kRounds && g + 1 < kDepth) __syncthreads();
-  }
+  for (int g = 0; g < kDepth; ++g) load_group(ring[g], codes, meta, kMetaGroupBytes, g, lm);
   if (!kSignal && !kLateW2 && (a.diag & kDiagNoW2Prefetch) == 0) {
     prefetch_w2_share<kMeta3>(a, e, tile, threadIdx.x);
   }
@@ -215,13 +204,6 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
                                       f.meta.y ^ f.meta.z ^ f.meta.w) & 0x3fffffffu);
     } else {
       dot_group<kMeta3, kMma884>(acc, ring[g % kDepth], xs[warp][4 * g + lm.kq]);
-#pragma unroll
-      for (int r = 1; r < kReps; ++r) {
-        // Another word each time (diag's high bits are zero; the compiler cannot know).
-        GroupFrag<kMeta3> f = ring[g % kDepth];
-        f.codes.x ^= static_cast<unsigned>(a.diag >> 24) * r;
-        dot_group<kMeta3, kMma884>(acc, f, xs[warp][4 * g + lm.kq]);
-      }
     }
     if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
   }
@@ -504,8 +486,7 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
 // for tuning runs. kMinBlocks 2 (at most 64 registers, no spills) is the sm_90 PDL form's kernel
 // A, beside w2_combine_capped_kernel.
 template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884), bool kLoadOnly = false,
-          int kMinBlocks = QPN_A_MIN_BLOCKS, bool kLateW2 = false, int kPublish = kNoPublish,
-          bool kRounds = false, int kReps = 1, int kKParts = 1>
+          int kMinBlocks = QPN_A_MIN_BLOCKS, bool kLateW2 = false, int kPublish = kNoPublish>
 __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(MoeArgs a) {
   // The previous kernel (the router) writes ids and x: wait for it before reading them.
   pdl_wait_primary();
@@ -515,8 +496,8 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
     if (a.ids[blockIdx.y] == -12345) a.intermediate[0] = __float2half_rn(0.0f);  // keep the load
     return;
   }
-  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly, kLateW2, kPublish, kRounds, kReps,
-                  kKParts>(a, blockIdx.x / kKParts, blockIdx.y, blockIdx.x % kKParts);
+  w13_swiglu_unit<kMeta3, kMma884, kWarpsA, false, kLoadOnly, kLateW2, kPublish>(a, blockIdx.x,
+                                                                                blockIdx.y);
 }
 
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.

@@ -14,14 +14,13 @@
 
 namespace qpn_launch {
 
-// smem: dynamic shared memory bytes (above 48 KB the kernel's attribute must allow it).
 template <typename... Params, typename... Args>
-void launch_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, bool pdl,
-                 cudaStream_t stream, Args&&... args) {
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, bool pdl, cudaStream_t stream,
+            Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = smem;
+  config.dynamicSmemBytes = 0;
   config.stream = stream;
   cudaLaunchAttribute attrs[1];
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -30,12 +29,6 @@ void launch_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, 
   config.numAttrs = pdl ? 1 : 0;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, bool pdl, cudaStream_t stream,
-            Args&&... args) {
-  launch_smem(kernel, grid, block, 0, pdl, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace qpn_launch

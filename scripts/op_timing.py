@@ -59,17 +59,6 @@ DIAG = {
     # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
     "polled-b16-1acc": 1 << 29,
     "polled-b16-5acc": 1 << 30,  # five accumulators, one per group
-    # kernel A bringing W13 into shared memory by cp.async, dequantizing groups as they arrive
-    "polled-a-async": 1 << 31,
-    "A-async-only": (1 << 31) | 4,
-    # kernel A's warps issuing their loads group by group, a barrier between rounds
-    "polled-a-rounds": 1 << 32,
-    "A-rounds-only": (1 << 32) | 4,
-    # kernel A alone, each group's arithmetic run twice (h wrong): how much of it the stream hides
-    "A-arith2-only": (1 << 33) | 4,
-    # kernel A alone in 200 CTAs of 8 warps, each unit's K range in two halves (h wrong)
-    "A-khalves-only": (1 << 34) | 4,
-    "A-khalves-load-only": (1 << 34) | (1 << 35) | 4,
     # kernel A alone, loads only (no arithmetic, no h, no W2 prefetch): its W13 stream
     "A-load-only-w13": 8192 | 4 | 1024,
     # kernel A alone as the waiting form's (16 warps, 64 registers, arithmetic, no h published,

@@ -143,8 +143,6 @@ OP_PATHS = {
     "polled-b16-late": 1 | (1 << 28),
     "polled-b16-1acc": 1 | (1 << 29),
     "polled-b16-5acc": 1 | (1 << 30),
-    "polled-a-async": 1 | (1 << 31),
-    "polled-a-rounds": 1 | (1 << 32),
 }
 
 

@@ -30,8 +30,6 @@ OP_PATH_NAMES = (
     "polled-b16-late",
     "polled-b16-1acc",
     "polled-b16-5acc",
-    "polled-a-async",
-    "polled-a-rounds",
 )
 
 

@@ -43,7 +43,6 @@ PATH_B32 = 1 << 27
 PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll (one accumulator)
 PATH_B16_1ACC = 1 << 29  # its MMAs in one accumulator (the default has two: another FP32 order)
 PATH_B16_5ACC = 1 << 30  # five accumulators, one per group
-PATH_A_ASYNC = 1 << 31  # kernel A by cp.async, groups dequantized as they arrive (another order)
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -56,8 +55,6 @@ PATHS = {
     "polled_b16_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_LATE,
     "polled_b16_1acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_1ACC,
     "polled_b16_5acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_5ACC,
-    "polled_a_async": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_A_ASYNC,
-    "polled_a_rounds": ops.PATH_MMA16816 | ops.PATH_POLLED | (1 << 32),
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
