@@ -72,7 +72,10 @@ __device__ __forceinline__ unsigned long long stamp_after(unsigned dep) {
 // registers as A, each warp's 16 rows; x from shared memory as B, whose column n holds the x
 // slice of the group's warp n of the warpgroup): one asynchronous tensor-core instruction per
 // four warps' 16 x 16 weights instead of one mma.sync per warp's. Timing only (x is a constant).
-enum Work { kLoads, kFull, kDequant, kMma, kFull4, kFullAhead, kWgmma };
+// (A warpgroup's four warps issue each group's MMAs together, so they wait for each other.)
+// kWgmmaPipe: the same, but each group's MMAs are waited for only after the next group's are
+// issued (one commit group in flight), the previous group's registers kept alive meanwhile.
+enum Work { kLoads, kFull, kDequant, kMma, kFull4, kFullAhead, kWgmma, kWgmmaPipe };
 
 // Four m64n8k16 warpgroup MMAs (two 16-row halves p x two k steps) of one group, committed and
 // waited for in one statement, so that no other instruction can touch their registers meanwhile.
@@ -100,6 +103,51 @@ __device__ __forceinline__ void wgmma_group(float (&d)[2][4], const qpn::GroupWe
       : "memory");
 #else
   __trap();
+#endif
+}
+
+// The pipelined form: issue this group's four MMAs, then wait until only they are in flight
+// (the previous group's are done). `prev` (the previous group's weights) is read-write here only
+// so that its registers stay untouched until its MMAs are waited for.
+__device__ __forceinline__ void wgmma_group_pipe(float (&d)[2][4], const qpn::GroupWeights& q,
+                                                 qpn::GroupWeights& prev,
+                                                 unsigned long long desc0,
+                                                 unsigned long long desc1) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "wgmma.fence.sync.aligned;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%24,%25,%26,%27}, %40, "
+      "1, 1, 1, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%28,%29,%30,%31}, %41, "
+      "1, 1, 1, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%4,%5,%6,%7}, {%32,%33,%34,%35}, %40, "
+      "1, 1, 1, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%4,%5,%6,%7}, {%36,%37,%38,%39}, %41, "
+      "1, 1, 1, 0;\n\t"
+      "wgmma.commit_group.sync.aligned;\n\t"
+      "wgmma.wait_group.sync.aligned 1;"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+r"(prev.w[0][0]), "+r"(prev.w[0][1]),
+        "+r"(prev.w[0][2]), "+r"(prev.w[0][3]), "+r"(prev.w[1][0]), "+r"(prev.w[1][1]),
+        "+r"(prev.w[1][2]), "+r"(prev.w[1][3]), "+r"(prev.w[2][0]), "+r"(prev.w[2][1]),
+        "+r"(prev.w[2][2]), "+r"(prev.w[2][3]), "+r"(prev.w[3][0]), "+r"(prev.w[3][1]),
+        "+r"(prev.w[3][2]), "+r"(prev.w[3][3])
+      : "r"(q.w[0][0]), "r"(q.w[1][0]), "r"(q.w[0][1]), "r"(q.w[1][1]), "r"(q.w[0][2]),
+        "r"(q.w[1][2]), "r"(q.w[0][3]), "r"(q.w[1][3]), "r"(q.w[2][0]), "r"(q.w[3][0]),
+        "r"(q.w[2][1]), "r"(q.w[3][1]), "r"(q.w[2][2]), "r"(q.w[3][2]), "r"(q.w[2][3]),
+        "r"(q.w[3][3]), "l"(desc0), "l"(desc1)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_drain(float (&d)[2][4]) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned 0;"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+                 "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+               :
+               : "memory");
 #endif
 }
 
@@ -132,7 +180,7 @@ __global__ void __launch_bounds__(512, 1) stream_kernel(bool with_w2, unsigned x
     }
     const uint4 xv = make_uint4(xbits, xbits, xbits, xbits);
     __shared__ __align__(128) unsigned xb[2][64];  // two k steps of B: 16 k x 8 n halves each
-    if constexpr (kWork == kWgmma) {
+    if constexpr (kWork == kWgmma || kWork == kWgmmaPipe) {
       if (threadIdx.x < 128) xb[threadIdx.x >> 6][threadIdx.x & 63] = xbits;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -141,6 +189,7 @@ __global__ void __launch_bounds__(512, 1) stream_kernel(bool with_w2, unsigned x
     }
     const unsigned long long desc0 = smem_desc(xb[0]), desc1 = smem_desc(xb[1]);
     float wd[2][4] = {};
+    qpn::GroupWeights wprev{};
     qpn::WarpAcc<false> wacc, wacc2;
     qpn::GroupWeights ahead;
     if constexpr (kWork == kFullAhead) qpn::dequant_group<false>(ahead, {c[0], m[0]});
@@ -172,6 +221,14 @@ __global__ void __launch_bounds__(512, 1) stream_kernel(bool with_w2, unsigned x
         qpn::GroupWeights q;
         qpn::dequant_group<false>(q, f);
         wgmma_group(wd, q, desc0, desc1);
+        acc = __float_as_uint(wd[0][0] + wd[1][0]);
+      } else if constexpr (kWork == kWgmmaPipe) {
+        // Stamp g marks group g - 1's MMAs done (and group g's issued); the last, all of them.
+        qpn::GroupWeights q;
+        qpn::dequant_group<false>(q, f);
+        wgmma_group_pipe(wd, q, wprev, desc0, desc1);
+        wprev = q;
+        if (g + 1 == kGroupsPerWarp) wgmma_drain(wd);
         acc = __float_as_uint(wd[0][0] + wd[1][0]);
       } else if constexpr (kWork == kFullAhead) {
         const qpn::GroupWeights q = ahead;
@@ -267,13 +324,14 @@ int main() {
   std::printf("# %d A CTAs of %d warps x %d groups; clock %.2f GHz; ns from the first A CTA's "
               "start, median of 30 launches; a CTA's groups done = in, for loads\n",
               kCtasA, kWarps, kGroupsPerWarp, ghz);
-  const char* names[] = {"loads", "full", "dequant", "mma", "full4", "ahead", "wgmma"};
+  const char* names[] = {"loads", "full",  "dequant", "mma",
+                         "full4", "ahead", "wgmma",   "wgmma-pipe"};
   void (*kernels[])(bool, unsigned) = {
-      stream_kernel<kLoads>, stream_kernel<kFull>,      stream_kernel<kDequant>,
-      stream_kernel<kMma>,   stream_kernel<kFull4>,     stream_kernel<kFullAhead>,
-      stream_kernel<kWgmma>};
+      stream_kernel<kLoads>, stream_kernel<kFull>,  stream_kernel<kDequant>,
+      stream_kernel<kMma>,   stream_kernel<kFull4>, stream_kernel<kFullAhead>,
+      stream_kernel<kWgmma>, stream_kernel<kWgmmaPipe>};
   for (const bool with_w2 : {false, true}) {
-    for (int work = 0; work < 7; ++work) {
+    for (int work = 0; work < 8; ++work) {
       const double cycles = 57.0;  // the operator's issue slots per group and warp (sm_90 SASS)
       std::vector<Launch> runs;
       for (int it = 0; it < 31; ++it) {
@@ -313,7 +371,7 @@ int main() {
         for (const Launch& r : runs) v.push_back(r.*f);
         return median(v);
       };
-      std::printf("%-7s %-8s span %5.0f | first group done min/med/max %5.0f %5.0f %5.0f | all "
+      std::printf("%-7s %-10s span %5.0f | first group done min/med/max %5.0f %5.0f %5.0f | all "
                   "done %5.0f %5.0f %5.0f | per-CTA spread %4.0f",
                   with_w2 ? "A+W2" : "A alone", names[work], med(&Launch::span),
                   med(&Launch::first_min), med(&Launch::first_med), med(&Launch::first_max),
