@@ -42,14 +42,6 @@ __constant__ const char* c_base[kRoutes];
 __device__ unsigned long long g_stamp[kStamps];
 __device__ unsigned long long g_cta_start[kCtasA];
 
-__device__ __forceinline__ uint4 load_cs(const char* p) {
-  uint4 v;
-  asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ uint2 load_cs8(const char* p) {
   uint2 v;
   asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));

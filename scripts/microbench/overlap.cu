@@ -48,14 +48,6 @@ struct Plan {
   int delay_ns;
 };
 
-__device__ __forceinline__ uint4 load_cs(const char* p) {
-  uint4 v;
-  asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // 32-bit index arithmetic with constant divisors (a multiply and a shift), so that a thread
 // issues its loads back to back.
 __device__ __forceinline__ const char* chunk13(unsigned j) {

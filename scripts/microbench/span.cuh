@@ -1,6 +1,7 @@
-// What the streaming microbenchmarks share: one launch's span from %globaltimer, the first CTA's
-// start to the last CTA's end. span_begin at a kernel's start, span_end(acc) at its end (acc
-// keeps the loads alive); span_reset before the launch and span_us after it on the host.
+// What the streaming microbenchmarks share: a streaming 16-byte load, and one launch's span from
+// %globaltimer, the first CTA's start to the last CTA's end. span_begin at a kernel's start,
+// span_end(acc) at its end (acc keeps the loads alive); span_reset before the launch and span_us
+// after it on the host.
 
 #pragma once
 
@@ -15,6 +16,14 @@ __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+// A 16-byte streaming (evict-first) load; volatile, so it is issued where it is written.
+__device__ __forceinline__ uint4 load_cs(const char* p) {
+  uint4 v;
+  asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
 }
 __device__ __forceinline__ void span_begin() {
   if (threadIdx.x == 0) atomicMin(&g_start, now_ns());
