@@ -69,6 +69,17 @@ __device__ __forceinline__ unsigned long long stamp_after(unsigned dep) {
 // issued (one commit group in flight), the previous group's registers kept alive meanwhile.
 enum Work { kLoads, kFull, kDequant, kMma, kFull4, kFullAhead, kWgmma, kWgmmaPipe };
 
+// The operands both forms share: the two accumulators (outputs %0..%7) and, as inputs, the
+// group's weights as the four MMAs' A fragments (16 registers) and the two B descriptors.
+#define QPN_WG_ACC(d)                                                                         \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), \
+      "+f"(d[1][2]), "+f"(d[1][3])
+#define QPN_WG_IN(q, desc0, desc1)                                                           \
+  "r"(q.w[0][0]), "r"(q.w[1][0]), "r"(q.w[0][1]), "r"(q.w[1][1]), "r"(q.w[0][2]),           \
+      "r"(q.w[1][2]), "r"(q.w[0][3]), "r"(q.w[1][3]), "r"(q.w[2][0]), "r"(q.w[3][0]),       \
+      "r"(q.w[2][1]), "r"(q.w[3][1]), "r"(q.w[2][2]), "r"(q.w[3][2]), "r"(q.w[2][3]),       \
+      "r"(q.w[3][3]), "l"(desc0), "l"(desc1)
+
 // Four m64n8k16 warpgroup MMAs (two 16-row halves p x two k steps) of one group, committed and
 // waited for in one statement, so that no other instruction can touch their registers meanwhile.
 __device__ __forceinline__ void wgmma_group(float (&d)[2][4], const qpn::GroupWeights& q,
@@ -86,12 +97,8 @@ __device__ __forceinline__ void wgmma_group(float (&d)[2][4], const qpn::GroupWe
       "1, 1, 1, 0;\n\t"
       "wgmma.commit_group.sync.aligned;\n\t"
       "wgmma.wait_group.sync.aligned 0;"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3])
-      : "r"(q.w[0][0]), "r"(q.w[1][0]), "r"(q.w[0][1]), "r"(q.w[1][1]), "r"(q.w[0][2]),
-        "r"(q.w[1][2]), "r"(q.w[0][3]), "r"(q.w[1][3]), "r"(q.w[2][0]), "r"(q.w[3][0]),
-        "r"(q.w[2][1]), "r"(q.w[3][1]), "r"(q.w[2][2]), "r"(q.w[3][2]), "r"(q.w[2][3]),
-        "r"(q.w[3][3]), "l"(desc0), "l"(desc1)
+      : QPN_WG_ACC(d)
+      : QPN_WG_IN(q, desc0, desc1)
       : "memory");
 #else
   __trap();
@@ -118,16 +125,12 @@ __device__ __forceinline__ void wgmma_group_pipe(float (&d)[2][4], const qpn::Gr
       "1, 1, 1, 0;\n\t"
       "wgmma.commit_group.sync.aligned;\n\t"
       "wgmma.wait_group.sync.aligned 1;"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+r"(prev.w[0][0]), "+r"(prev.w[0][1]),
+      : QPN_WG_ACC(d), "+r"(prev.w[0][0]), "+r"(prev.w[0][1]),
         "+r"(prev.w[0][2]), "+r"(prev.w[0][3]), "+r"(prev.w[1][0]), "+r"(prev.w[1][1]),
         "+r"(prev.w[1][2]), "+r"(prev.w[1][3]), "+r"(prev.w[2][0]), "+r"(prev.w[2][1]),
         "+r"(prev.w[2][2]), "+r"(prev.w[2][3]), "+r"(prev.w[3][0]), "+r"(prev.w[3][1]),
         "+r"(prev.w[3][2]), "+r"(prev.w[3][3])
-      : "r"(q.w[0][0]), "r"(q.w[1][0]), "r"(q.w[0][1]), "r"(q.w[1][1]), "r"(q.w[0][2]),
-        "r"(q.w[1][2]), "r"(q.w[0][3]), "r"(q.w[1][3]), "r"(q.w[2][0]), "r"(q.w[3][0]),
-        "r"(q.w[2][1]), "r"(q.w[3][1]), "r"(q.w[2][2]), "r"(q.w[3][2]), "r"(q.w[2][3]),
-        "r"(q.w[3][3]), "l"(desc0), "l"(desc1)
+      : QPN_WG_IN(q, desc0, desc1)
       : "memory");
 #else
   __trap();
