@@ -67,7 +67,14 @@ __device__ __forceinline__ unsigned long long stamp_after(unsigned dep) {
 // (A warpgroup's four warps issue each group's MMAs together, so they wait for each other.)
 // kWgmmaPipe: the same, but each group's MMAs are waited for only after the next group's are
 // issued (one commit group in flight), the previous group's registers kept alive meanwhile.
-enum Work { kLoads, kFull, kDequant, kMma, kFull4, kFullAhead, kWgmma, kWgmmaPipe };
+// kBothIndep: the dequantization and the MMAs both, but the MMAs on the raw codes (as kMma), the
+// dequantized weights only XOR-ed into the stamp: both pipes busy, no dependency between them.
+// kIntChain: the MMAs on weights made from the codes by three dependent integer operations per
+// pair of weights (LOP3, PRMT, SHF, as many as the dequantization's LOP3, HADD2, HFMA2): a
+// dependent chain into the MMAs without FP16 arithmetic.
+enum Work {
+  kLoads, kFull, kDequant, kMma, kFull4, kFullAhead, kWgmma, kWgmmaPipe, kBothIndep, kIntChain
+};
 
 // The operands both forms share: the two accumulators (outputs %0..%7) and, as inputs, the
 // group's weights as the four MMAs' A fragments (16 registers) and the two B descriptors.
@@ -185,6 +192,7 @@ __global__ void __launch_bounds__(512, 1) stream_kernel(bool with_w2, unsigned x
     const unsigned long long desc0 = smem_desc(xb[0]), desc1 = smem_desc(xb[1]);
     float wd[2][4] = {};
     qpn::GroupWeights wprev{};
+    unsigned xacc = 0;  // kBothIndep: every group's dequantized weights, XOR-ed
     qpn::WarpAcc<false> wacc, wacc2;
     qpn::GroupWeights ahead;
     if constexpr (kWork == kFullAhead) qpn::dequant_group<false>(ahead, {c[0], m[0]});
@@ -217,6 +225,36 @@ __global__ void __launch_bounds__(512, 1) stream_kernel(bool with_w2, unsigned x
         qpn::dequant_group<false>(q, f);
         wgmma_group(wd, q, desc0, desc1);
         acc = __float_as_uint(wd[0][0] + wd[1][0]);
+      } else if constexpr (kWork == kBothIndep) {
+        qpn::GroupWeights q, r;
+        qpn::dequant_group<false>(q, f);
+        const unsigned words[4] = {c[g].x ^ m[g].x, c[g].y ^ m[g].y, c[g].z ^ m[g].z,
+                                   c[g].w ^ m[g].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) r.w[i][j] = words[i] >> j;
+        qpn::mma_group<false>(wacc, r, xv);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xacc ^= q.w[i][0] ^ q.w[i][1] ^ q.w[i][2] ^ q.w[i][3];
+        acc = __float_as_uint(wacc.d[0][0] + wacc.d[1][0]) ^ xacc;
+      } else if constexpr (kWork == kIntChain) {
+        qpn::GroupWeights q;
+        const unsigned words[4] = {c[g].x, c[g].y, c[g].z, c[g].w};
+        const unsigned meta[4] = {m[g].x, m[g].y, m[g].z, m[g].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            // Three dependent integer steps per pair of weights, like mask -> subtract -> FMA.
+            unsigned v = qpn::and_or<0x000f000fu, 0x64006400u>(words[i] >> (4 * j));
+            v = __byte_perm(v, meta[i], 0x5410);
+            v = __funnelshift_l(v, meta[i], 3);
+            q.w[i][j] = v;
+          }
+        }
+        qpn::mma_group<false>(wacc, q, xv);
+        acc = __float_as_uint(wacc.d[0][0] + wacc.d[1][0]);
       } else if constexpr (kWork == kWgmmaPipe) {
         // Stamp g marks group g - 1's MMAs done (and group g's issued); the last, all of them.
         qpn::GroupWeights q;
@@ -319,14 +357,15 @@ int main() {
   std::printf("# %d A CTAs of %d warps x %d groups; clock %.2f GHz; ns from the first A CTA's "
               "start, median of 30 launches; a CTA's groups done = in, for loads\n",
               kCtasA, kWarps, kGroupsPerWarp, ghz);
-  const char* names[] = {"loads", "full",  "dequant", "mma",
-                         "full4", "ahead", "wgmma",   "wgmma-pipe"};
+  const char* names[] = {"loads", "full",  "dequant", "mma",        "full4",
+                         "ahead", "wgmma", "wgmma-pipe", "both-indep", "int-chain"};
   void (*kernels[])(bool, unsigned) = {
-      stream_kernel<kLoads>, stream_kernel<kFull>,  stream_kernel<kDequant>,
-      stream_kernel<kMma>,   stream_kernel<kFull4>, stream_kernel<kFullAhead>,
-      stream_kernel<kWgmma>, stream_kernel<kWgmmaPipe>};
+      stream_kernel<kLoads>,     stream_kernel<kFull>,       stream_kernel<kDequant>,
+      stream_kernel<kMma>,       stream_kernel<kFull4>,      stream_kernel<kFullAhead>,
+      stream_kernel<kWgmma>,     stream_kernel<kWgmmaPipe>,  stream_kernel<kBothIndep>,
+      stream_kernel<kIntChain>};
   for (const bool with_w2 : {false, true}) {
-    for (int work = 0; work < 8; ++work) {
+    for (int work = 0; work < 10; ++work) {
       const double cycles = 57.0;  // the operator's issue slots per group and warp (sm_90 SASS)
       std::vector<Launch> runs;
       for (int it = 0; it < 31; ++it) {
