@@ -48,6 +48,17 @@ __device__ __forceinline__ uint2 load_cs8(const char* p) {
   return v;
 }
 
+// kMma's weights: the raw codes (XOR-ed with the records so both loads are used), shifted.
+__device__ __forceinline__ qpn::GroupWeights raw_weights(const uint4& c, const uint4& m) {
+  const unsigned words[4] = {c.x ^ m.x, c.y ^ m.y, c.z ^ m.z, c.w ^ m.w};
+  qpn::GroupWeights q;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q.w[i][j] = words[i] >> j;
+  return q;
+}
+
 // The timer read takes `dep` as an operand, so it comes after the loads `dep` needs.
 __device__ __forceinline__ unsigned long long stamp_after(unsigned dep) {
   unsigned long long t;
@@ -226,15 +237,9 @@ __global__ void __launch_bounds__(512, 1) stream_kernel(bool with_w2, unsigned x
         wgmma_group(wd, q, desc0, desc1);
         acc = __float_as_uint(wd[0][0] + wd[1][0]);
       } else if constexpr (kWork == kBothIndep) {
-        qpn::GroupWeights q, r;
+        qpn::GroupWeights q;
         qpn::dequant_group<false>(q, f);
-        const unsigned words[4] = {c[g].x ^ m[g].x, c[g].y ^ m[g].y, c[g].z ^ m[g].z,
-                                   c[g].w ^ m[g].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) r.w[i][j] = words[i] >> j;
-        qpn::mma_group<false>(wacc, r, xv);
+        qpn::mma_group<false>(wacc, raw_weights(c[g], m[g]), xv);
 #pragma unroll
         for (int i = 0; i < 4; ++i) xacc ^= q.w[i][0] ^ q.w[i][1] ^ q.w[i][2] ^ q.w[i][3];
         acc = __float_as_uint(wacc.d[0][0] + wacc.d[1][0]) ^ xacc;
@@ -269,14 +274,7 @@ __global__ void __launch_bounds__(512, 1) stream_kernel(bool with_w2, unsigned x
         qpn::mma_group<false>(wacc, q, xv);
         acc = __float_as_uint(wacc.d[0][0] + wacc.d[1][0]);
       } else {
-        qpn::GroupWeights q;
-        const unsigned words[4] = {c[g].x ^ m[g].x, c[g].y ^ m[g].y, c[g].z ^ m[g].z,
-                                   c[g].w ^ m[g].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) q.w[i][j] = words[i] >> j;
-        qpn::mma_group<false>(wacc, q, xv);
+        qpn::mma_group<false>(wacc, raw_weights(c[g], m[g]), xv);
         acc = __float_as_uint(wacc.d[0][0] + wacc.d[1][0]);
       }
       const unsigned long long t = stamp_after(acc);
