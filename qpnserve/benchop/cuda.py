@@ -143,6 +143,10 @@ OP_PATHS = {
     "polled-b16-late": 1 | (1 << 28),
     "polled-b16-1acc": 1 | (1 << 29),
     "polled-b16-5acc": 1 | (1 << 30),
+    "polled-a32": 1 | (1 << 31),
+    "polled-a28": 1 | (1 << 32),
+    "polled-a20": 1 | (1 << 33),
+    "polled-a20r56": 1 | (1 << 34),
 }
 
 
@@ -157,7 +161,8 @@ def cuda_ops(
     units in one launch, a tuning candidate) and "polled-b32" (the polled form with kernel B in
     80 CTAs of 32 columns, the default before 160 of 16), "polled-b16-late" (its W2
     dequantized after the poll), "polled-b16-1acc" and "polled-b16-5acc" (its MMAs in one or
-    five accumulators instead of two), tuning paths, on sm_90 (OP_PATHS).
+    five accumulators instead of two), "polled-a32", "polled-a28" and "polled-a20" (its kernel
+    A in 32 or 28 warps, groups interleaved, or 20), tuning paths, on sm_90 (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

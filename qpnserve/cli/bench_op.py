@@ -30,6 +30,10 @@ OP_PATH_NAMES = (
     "polled-b16-late",
     "polled-b16-1acc",
     "polled-b16-5acc",
+    "polled-a32",
+    "polled-a28",
+    "polled-a20",
+    "polled-a20r56",
 )
 
 
@@ -62,7 +66,8 @@ def bench_op(
         " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"
         " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; polled-b16-late,"
         " polled-b16-1acc, polled-b16-5acc: its W2 dequantized after the poll, its MMAs in one"
-        " or five accumulators instead of two, tuning paths; all sm_90).",
+        " or five accumulators instead of two; polled-a32, polled-a28, polled-a20: its kernel A"
+        " in 32 or 28 warps, groups interleaved, or 20; tuning paths, all sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,
