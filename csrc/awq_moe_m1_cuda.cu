@@ -81,13 +81,10 @@ constexpr int64_t kDiagB16Late = int64_t{1} << 28;
 constexpr int64_t kDiagB16OneChain = int64_t{1} << 29;
 // with the polled hand-off (tuning runs): the 16-column kernel B's MMAs in five accumulators
 constexpr int64_t kDiagB16FiveChains = int64_t{1} << 30;
-// with the polled hand-off (tuning runs): kernel A in 32 warps of at most 40 registers (groups
-// interleaved), 28 warps of at most 48, or 20 warps (4 groups each) of at most 64, instead of
-// 16 at 64 (w13_swiglu_wide_kernel)
-constexpr int64_t kDiagA32 = int64_t{1} << 31;
-constexpr int64_t kDiagA28 = int64_t{1} << 32;
+// with the polled hand-off: kernel A in 16 warps (the 4-byte default) or 20 (the 3-byte
+// default where the compiler has __maxnreg__), whatever the format
+constexpr int64_t kDiagA16 = int64_t{1} << 31;
 constexpr int64_t kDiagA20 = int64_t{1} << 33;
-constexpr int64_t kDiagA20R56 = int64_t{1} << 34;  // 20 warps of at most 56 registers
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -98,8 +95,8 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
                               kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32 |
-                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains | kDiagA32 |
-                              kDiagA28 | kDiagA20 | kDiagA20R56;
+                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains | kDiagA16 |
+                              kDiagA20;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -266,17 +263,10 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
         ctas_b = qpn::kTiles2x16;
       }
       warps_a = 16;
-      if (diag & kDiagA32) {
-        kernel_a = qpn::w13_swiglu_wide_kernel<kMeta3, 32, 40>;
-        warps_a = 32;
-      } else if (diag & kDiagA28) {
-        kernel_a = qpn::w13_swiglu_wide_kernel<kMeta3, 28, 48>;
-        warps_a = 28;
-      } else if (diag & kDiagA20) {
-        kernel_a = qpn::w13_swiglu_wide_kernel<kMeta3, 20, 64>;
-        warps_a = 20;
-      } else if (diag & kDiagA20R56) {
-        kernel_a = qpn::w13_swiglu_wide_kernel<kMeta3, 20, 56>;
+      const bool a20 = (diag & kDiagA20) != 0 ||
+                       (kMeta3 && QPN_HAS_MAXNREG && (diag & kDiagA16) == 0);
+      if (a20) {
+        kernel_a = qpn::w13_swiglu_polled_kernel<kMeta3, 20>;
         warps_a = 20;
       }
       a.polled = polled_address(device);

@@ -141,16 +141,11 @@ constexpr int kPublishTag = 1;
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
           bool kLateW2 = false, int kPublish = kNoPublish>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
-  // Where kWarpsA divides the 80 groups, warp w owns the contiguous groups kG w .. kG w + kG - 1;
-  // otherwise (kInterleave) the groups w, w + kWarpsA, w + 2 kWarpsA, ... below 80, so every
-  // warp has a group near the start of the tile's 40 KB (scripts/microbench/spread_a.cu).
-  constexpr bool kInterleave = kGroups13 % kWarpsA != 0;
-  constexpr int kG = (kGroups13 + kWarpsA - 1) / kWarpsA;  // groups of the busiest warp
-  constexpr int kStep = kInterleave ? kWarpsA : 1;         // between a warp's groups
+  constexpr int kG = kGroups13 / kWarpsA;
   constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
   constexpr int kParts = WarpAcc<kMma884>::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
-  constexpr int kXChunks = kG * 4;  // 16 B chunks of x for this warp's groups
+  constexpr int kXChunks = kG * 4;  // 16 B chunks of x in this warp's k slice
   constexpr int kXPerLane = (kXChunks + 31) / 32;
   __shared__ float part[kWarpsA * kParts * kTile];
   __shared__ uint4 xs[kWarpsA][kXChunks];
@@ -159,15 +154,12 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int g0 = kInterleave ? warp : warp * kG;
-  const int count = kInterleave ? (kGroups13 - warp + kWarpsA - 1) / kWarpsA : kG;
+  const int g0 = warp * kG;
   uint4 xr[kXPerLane];
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
     const int i = lane + 32 * j;
-    if (i < kXChunks && i / 4 < count) {
-      xr[j] = __ldg(reinterpret_cast<const uint4*>(a.x) + (g0 + kStep * (i / 4)) * 4 + i % 4);
-    }
+    if (i < kXChunks) xr[j] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
   }
   const auto [slot, e, h_out, valid] = unit_route(a, tile, route);
   if (!valid) {
@@ -191,9 +183,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   constexpr int kMetaGroupBytes = kN13 * kRecordBytes;
   GroupFrag<kMeta3> ring[kDepth];
 #pragma unroll
-  for (int g = 0; g < kDepth; ++g) {
-    if (g < count) load_group(ring[g], codes, meta, kMetaGroupBytes, kStep * g, lm);
-  }
+  for (int g = 0; g < kDepth; ++g) load_group(ring[g], codes, meta, kMetaGroupBytes, g, lm);
   if (!kSignal && !kLateW2 && (a.diag & kDiagNoW2Prefetch) == 0) {
     prefetch_w2_share<kMeta3>(a, e, tile, threadIdx.x);
   }
@@ -201,14 +191,13 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
     const int i = lane + 32 * j;
-    if (i < kXChunks && i / 4 < count) xs[warp][i] = xr[j];
+    if (i < kXChunks) xs[warp][i] = xr[j];
   }
   __syncwarp();
 
   WarpAcc<kMma884> acc;
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
-    if (g >= count) break;
     if constexpr (kLoadOnly) {
       const GroupFrag<kMeta3>& f = ring[g % kDepth];
       acc.d[0][0] += __uint_as_float((f.codes.x ^ f.codes.y ^ f.codes.z ^ f.codes.w ^ f.meta.x ^
@@ -216,9 +205,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
     } else {
       dot_group<kMeta3, kMma884>(acc, ring[g % kDepth], xs[warp][4 * g + lm.kq]);
     }
-    if (g + kDepth < count) {
-      load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, kStep * (g + kDepth), lm);
-    }
+    if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
   }
   store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
   trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
@@ -513,18 +500,22 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
                                                                                 blockIdx.y);
 }
 
-// Kernel A of the polled form with more warps (tuning runs, sm_90): kWarpsA * 32 threads of at
-// most kMaxRegs registers, so that a 16-column unit B (10 warps at 64) still fits beside it;
-// where kWarpsA does not divide the 80 groups, the warps take them interleaved.
-// __maxnreg__ needs CUDA 12.4; older compilers build it uncapped (then unit B may not fit).
+// Kernel A of the polled form in kWarpsA warps of at most 64 registers, so that a 16-column unit
+// B (10 warps at 64) still fits beside it on the SM: the 3-byte default on sm_90 is 20 warps
+// (4 groups each; bench op on the H200, commit 79e13f3's runs: 5.29 against 5.39-5.40 us net
+// for 16 warps; 4-byte 5.50 against 5.13, so 16 there). The cap needs __maxnreg__ (CUDA 12.4);
+// older compilers build it with launch bounds only (uncapped), and the launcher then keeps 16
+// warps for both formats. (CUDA 12 refuses __maxnreg__ beside __launch_bounds__.)
 #if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ >= 1204)
-#define QPN_MAXNREG(n) __maxnreg__(n)
+#define QPN_HAS_MAXNREG 1
+#define QPN_A_POLLED_BOUNDS(threads) __maxnreg__(64)
 #else
-#define QPN_MAXNREG(n)
+#define QPN_HAS_MAXNREG 0
+#define QPN_A_POLLED_BOUNDS(threads) __launch_bounds__(threads)
 #endif
-template <bool kMeta3, int kWarpsA, int kMaxRegs>
-__global__ void __launch_bounds__(kWarpsA * 32) QPN_MAXNREG(kMaxRegs)
-    w13_swiglu_wide_kernel(MoeArgs a) {
+template <bool kMeta3, int kWarpsA>
+__global__ void QPN_A_POLLED_BOUNDS(kWarpsA * 32) w13_swiglu_polled_kernel(MoeArgs a) {
+  static_assert(kGroups13 % kWarpsA == 0, "each warp owns the same number of groups");
   pdl_wait_primary();  // ids and x are final after this
   pdl_launch_dependents();
   w13_swiglu_unit<kMeta3, false, kWarpsA, false, false, false, kPublishTag>(a, blockIdx.x,

@@ -59,13 +59,12 @@ DIAG = {
     # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
     "polled-b16-1acc": 1 << 29,
     "polled-b16-5acc": 1 << 30,  # five accumulators, one per group
-    # the polled form's kernel A in 32 warps (40 registers) or 28 (48), groups interleaved, ...
-    "polled-a32": 1 << 31,
-    "polled-a28": 1 << 32,
-    "polled-A-only": (1 << 22) | 4,  # the polled form's kernel A alone (16 warps, publishing)
-    "A32-only": (1 << 31) | 4,
-    "A28-only": (1 << 32) | 4,
-    "polled-a20": 1 << 33,  # ... or 20 warps (64 registers), four groups each
+    # the polled form's kernel A in 16 warps (the 4-byte default) or 20 (the 3-byte default),
+    # with kernel B and alone
+    "polled-a16": 1 << 31,
+    "polled-a20": 1 << 33,
+    "polled-A-only": (1 << 22) | 4,  # the polled form's default kernel A alone (publishing h)
+    "A16p-only": (1 << 31) | 4,
     "A20p-only": (1 << 33) | 4,
     # kernel A alone, loads only (no arithmetic, no h, no W2 prefetch): its W13 stream
     "A-load-only-w13": 8192 | 4 | 1024,

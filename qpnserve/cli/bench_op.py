@@ -30,10 +30,8 @@ OP_PATH_NAMES = (
     "polled-b16-late",
     "polled-b16-1acc",
     "polled-b16-5acc",
-    "polled-a32",
-    "polled-a28",
+    "polled-a16",
     "polled-a20",
-    "polled-a20r56",
 )
 
 
@@ -66,8 +64,8 @@ def bench_op(
         " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"
         " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; polled-b16-late,"
         " polled-b16-1acc, polled-b16-5acc: its W2 dequantized after the poll, its MMAs in one"
-        " or five accumulators instead of two; polled-a32, polled-a28, polled-a20: its kernel A"
-        " in 32 or 28 warps, groups interleaved, or 20; tuning paths, all sm_90).",
+        " or five accumulators instead of two; polled-a16, polled-a20: its kernel A in 16 warps"
+        " (the 4-byte default) or 20 (the 3-byte default); tuning paths, all sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,
