@@ -81,10 +81,6 @@ constexpr int64_t kDiagB16Late = int64_t{1} << 28;
 constexpr int64_t kDiagB16OneChain = int64_t{1} << 29;
 // with the polled hand-off (tuning runs): the 16-column kernel B's MMAs in five accumulators
 constexpr int64_t kDiagB16FiveChains = int64_t{1} << 30;
-// with the polled hand-off: kernel A in 16 warps (the 4-byte default) or 20 (the 3-byte
-// default where the compiler has __maxnreg__), whatever the format
-constexpr int64_t kDiagA16 = int64_t{1} << 31;
-constexpr int64_t kDiagA20 = int64_t{1} << 33;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -95,8 +91,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               kDiagNoPrefetch | kDiagBDequantLate | kForceSplit | kDiagLoadOnlyA |
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
                               kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32 |
-                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains | kDiagA16 |
-                              kDiagA20;
+                              kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -263,12 +258,6 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
         ctas_b = qpn::kTiles2x16;
       }
       warps_a = 16;
-      const bool a20 = (diag & kDiagA20) != 0 ||
-                       (kMeta3 && QPN_HAS_MAXNREG && (diag & kDiagA16) == 0);
-      if (a20) {
-        kernel_a = qpn::w13_swiglu_polled_kernel<kMeta3, 20>;
-        warps_a = 20;
-      }
       a.polled = polled_address(device);
       a.diag |= qpn::kDiagNoW2Prefetch;
     }

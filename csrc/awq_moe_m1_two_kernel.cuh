@@ -500,28 +500,6 @@ __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(Mo
                                                                                 blockIdx.y);
 }
 
-// Kernel A of the polled form in kWarpsA warps of at most 64 registers, so that a 16-column unit
-// B (10 warps at 64) still fits beside it on the SM: the 3-byte default on sm_90 is 20 warps
-// (4 groups each; bench op on the H200, commit 79e13f3's runs: 5.29 against 5.39-5.40 us net
-// for 16 warps; 4-byte 5.50 against 5.13, so 16 there). The cap needs __maxnreg__ (CUDA 12.4);
-// older compilers build it with launch bounds only (uncapped), and the launcher then keeps 16
-// warps for both formats. (CUDA 12 refuses __maxnreg__ beside __launch_bounds__.)
-#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ >= 1204)
-#define QPN_HAS_MAXNREG 1
-#define QPN_A_POLLED_BOUNDS(threads) __maxnreg__(64)
-#else
-#define QPN_HAS_MAXNREG 0
-#define QPN_A_POLLED_BOUNDS(threads) __launch_bounds__(threads)
-#endif
-template <bool kMeta3, int kWarpsA>
-__global__ void QPN_A_POLLED_BOUNDS(kWarpsA * 32) w13_swiglu_polled_kernel(MoeArgs a) {
-  static_assert(kGroups13 % kWarpsA == 0, "each warp owns the same number of groups");
-  pdl_wait_primary();  // ids and x are final after this
-  pdl_launch_dependents();
-  w13_swiglu_unit<kMeta3, false, kWarpsA, false, false, false, kPublishTag>(a, blockIdx.x,
-                                                                           blockIdx.y);
-}
-
 // Kernel B: grid (kTiles2), kWarpsB * 32 threads.
 // The launch-only tuning run of a kernel B (both kernels exit after reading ids): true if the
 // kernel is to exit now; the ids are read and kept alive.

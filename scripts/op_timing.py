@@ -59,13 +59,7 @@ DIAG = {
     # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
     "polled-b16-1acc": 1 << 29,
     "polled-b16-5acc": 1 << 30,  # five accumulators, one per group
-    # the polled form's kernel A in 16 warps (the 4-byte default) or 20 (the 3-byte default),
-    # with kernel B and alone
-    "polled-a16": 1 << 31,
-    "polled-a20": 1 << 33,
-    "polled-A-only": (1 << 22) | 4,  # the polled form's default kernel A alone (publishing h)
-    "A16p-only": (1 << 31) | 4,
-    "A20p-only": (1 << 33) | 4,
+    "polled-A-only": (1 << 22) | 4,  # the polled form's kernel A alone (publishing h)
     # kernel A alone, loads only (no arithmetic, no h, no W2 prefetch): its W13 stream
     "A-load-only-w13": 8192 | 4 | 1024,
     # kernel A alone as the waiting form's (16 warps, 64 registers, arithmetic, no h published,

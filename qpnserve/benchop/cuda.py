@@ -143,8 +143,6 @@ OP_PATHS = {
     "polled-b16-late": 1 | (1 << 28),
     "polled-b16-1acc": 1 | (1 << 29),
     "polled-b16-5acc": 1 | (1 << 30),
-    "polled-a16": 1 | (1 << 31),
-    "polled-a20": 1 | (1 << 33),
 }
 
 
@@ -159,8 +157,7 @@ def cuda_ops(
     units in one launch, a tuning candidate) and "polled-b32" (the polled form with kernel B in
     80 CTAs of 32 columns, the default before 160 of 16), "polled-b16-late" (its W2
     dequantized after the poll), "polled-b16-1acc" and "polled-b16-5acc" (its MMAs in one or
-    five accumulators instead of two), "polled-a16" and "polled-a20" (its kernel A in 16 warps,
-    the 4-byte default, or 20, the 3-byte default), tuning paths, on sm_90 (OP_PATHS).
+    five accumulators instead of two), tuning paths, on sm_90 (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

@@ -30,8 +30,6 @@ OP_PATH_NAMES = (
     "polled-b16-late",
     "polled-b16-1acc",
     "polled-b16-5acc",
-    "polled-a16",
-    "polled-a20",
 )
 
 
@@ -64,8 +62,7 @@ def bench_op(
         " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"
         " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; polled-b16-late,"
         " polled-b16-1acc, polled-b16-5acc: its W2 dequantized after the poll, its MMAs in one"
-        " or five accumulators instead of two; polled-a16, polled-a20: its kernel A in 16 warps"
-        " (the 4-byte default) or 20 (the 3-byte default); tuning paths, all sm_90).",
+        " or five accumulators instead of two, tuning paths; all sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

@@ -35,7 +35,6 @@ KERNELS: tuple[tuple[str, str, bool], ...] = (
     ("w2_combine 4-byte m16n8k16", "qpn::w2_combine_kernel<false, false>", False),
     ("w13_swiglu 64-reg m16n8k16", "qpn::w13_swiglu_kernel<false, false, 16, false, 2>", False),
     ("w2_combine capped m16n8k16", "qpn::w2_combine_capped_kernel<false>", False),
-    ("w13_swiglu 20 warps m16n8k16", "qpn::w13_swiglu_polled_kernel<true, 20>", False),
     ("fused 4-byte m16n8k16", "qpn::fused_moe_kernel<false>", False),
     ("fused 3-byte m16n8k16", "qpn::fused_moe_kernel<true>", False),
     ("split A 4-byte m16n8k16", "qpn::split_a_kernel<false>", False),

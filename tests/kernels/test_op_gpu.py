@@ -43,8 +43,6 @@ PATH_B32 = 1 << 27
 PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll (one accumulator)
 PATH_B16_1ACC = 1 << 29  # its MMAs in one accumulator (the default has two: another FP32 order)
 PATH_B16_5ACC = 1 << 30  # five accumulators, one per group
-PATH_A16 = 1 << 31  # kernel A in 16 warps (the 4-byte default)
-PATH_A20 = 1 << 33  # kernel A in 20 warps (the 3-byte default): another FP32 order of partials
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -57,8 +55,6 @@ PATHS = {
     "polled_b16_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_LATE,
     "polled_b16_1acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_1ACC,
     "polled_b16_5acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_5ACC,
-    "polled_a16": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_A16,
-    "polled_a20": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_A20,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
