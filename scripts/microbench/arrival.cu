@@ -42,12 +42,6 @@ __constant__ const char* c_base[kRoutes];
 __device__ unsigned long long g_stamp[kStamps];
 __device__ unsigned long long g_cta_start[kCtasA];
 
-__device__ __forceinline__ uint2 load_cs8(const char* p) {
-  uint2 v;
-  asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
 // kMma's weights: the raw codes (XOR-ed with the records so both loads are used), shifted.
 __device__ __forceinline__ qpn::GroupWeights raw_weights(const uint4& c, const uint4& m) {
   const unsigned words[4] = {c.x ^ m.x, c.y ^ m.y, c.z ^ m.z, c.w ^ m.w};
@@ -281,22 +275,9 @@ __global__ void __launch_bounds__(512, 1) stream_kernel(bool with_w2, unsigned x
       if (lane == 0) g_stamp[(blockIdx.x * kWarps + warp) * kGroupsPerWarp + g] = t;
     }
   } else if (with_w2 && warp < kRoutes) {
-    // Kernel B's 16-column tile b: warp r reads route r's 5 groups (4 k-blocks x 16 columns of
-    // codes, 8 bytes per lane, and the group's 16 records, 8 bytes per lane), as kernel B does.
-    const int b = blockIdx.x - kCtasA;
-    const char* codes = c_base[warp] + kCodes13 + kMeta13 +
-                        (static_cast<long long>(b / 2) * 20 + (lane & 3)) * 128 + (b & 1) * 64 +
-                        8 * (lane >> 2);
-    const char* meta =
-        c_base[warp] + kCodes13 + kMeta13 + kCodes2 + (b * 16 + 2 * (lane >> 2)) * 4;
-    uint2 v[10];
-#pragma unroll
-    for (int g = 0; g < 5; ++g) {
-      v[2 * g] = load_cs8(codes + g * 4 * 128);
-      v[2 * g + 1] = load_cs8(meta + g * 2560 * 4);
-    }
-#pragma unroll
-    for (int i = 0; i < 10; ++i) acc ^= v[i].x ^ v[i].y;
+    // Unit B's 16-column tile blockIdx.x - kCtasA: warp r loads route r's W2 share.
+    const char* w2 = c_base[warp] + kCodes13 + kMeta13;
+    acc = load_unit_b_w2(w2, w2 + kCodes2, blockIdx.x - kCtasA, lane);
   }
   span_end(acc);
 }

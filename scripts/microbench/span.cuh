@@ -1,7 +1,7 @@
-// What the streaming microbenchmarks share: a streaming 16-byte load, and one launch's span from
-// %globaltimer, the first CTA's start to the last CTA's end. span_begin at a kernel's start,
-// span_end(acc) at its end (acc keeps the loads alive); span_reset before the launch and span_us
-// after it on the host.
+// What the streaming microbenchmarks share: streaming 16- and 8-byte loads, unit B's W2 loads,
+// and one launch's span from %globaltimer, the first CTA's start to the last CTA's end.
+// span_begin at a kernel's start, span_end(acc) at its end (acc keeps the loads alive);
+// span_reset before the launch and span_us after it on the host.
 
 #pragma once
 
@@ -24,6 +24,32 @@ __device__ __forceinline__ uint4 load_cs(const char* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+}
+// An 8-byte streaming load, volatile like load_cs.
+__device__ __forceinline__ uint2 load_cs8(const char* p) {
+  uint2 v;
+  asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+// One warp of the operator's unit B (16-column tile b): its route's 5 W2 groups as kernel B
+// loads them (4 k-blocks x 16 columns of codes, 8 bytes per lane, and the group's 16 records, 8
+// bytes per lane); codes2 / meta2 are the expert's W2 codes and 4-byte records. Returns the
+// loaded words XOR-ed.
+__device__ __forceinline__ unsigned load_unit_b_w2(const char* codes2, const char* meta2, int b,
+                                                   int lane) {
+  const char* codes = codes2 + (static_cast<long long>(b / 2) * 20 + (lane & 3)) * 128 +
+                      (b & 1) * 64 + 8 * (lane >> 2);
+  const char* meta = meta2 + (b * 16 + 2 * (lane >> 2)) * 4;
+  uint2 v[10];
+#pragma unroll
+  for (int g = 0; g < 5; ++g) {
+    v[2 * g] = load_cs8(codes + g * 4 * 128);
+    v[2 * g + 1] = load_cs8(meta + g * 2560 * 4);
+  }
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < 10; ++i) acc ^= v[i].x ^ v[i].y;
+  return acc;
 }
 __device__ __forceinline__ void span_begin() {
   if (threadIdx.x == 0) atomicMin(&g_start, now_ns());

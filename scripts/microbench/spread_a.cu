@@ -46,12 +46,6 @@ constexpr int kRouteGroups = 800;  // 10 tiles x 80 groups
 
 __constant__ const char* c_base[kRoutes];
 
-__device__ __forceinline__ uint2 load_cs8(const char* p) {
-  uint2 v;
-  asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
 // Group G (tile G / 80, group G % 80) of a route: its 512 B of codes and its 128 B record row.
 __device__ __forceinline__ void load_block(const char* base, int G, int lane, uint4& c, uint4& m) {
   const int tile = G / 80, g = G % 80;
@@ -96,22 +90,9 @@ __global__ void __launch_bounds__(kWarpsT * 32, 1) stream_kernel(bool with_w2, u
     }
     if constexpr (kFull) acc = __float_as_uint(wacc.d[0][0] + wacc.d[1][0]);
   } else if (with_w2 && warp < kRoutes) {
-    // Kernel B's 16-column tile b: warp r reads route r's 5 groups (codes and records, 8 bytes
-    // per lane each), as kernel B does.
-    const int b = blockIdx.x - kCtasA;
-    const char* codes = c_base[warp] + kCodes13 + kMeta13 +
-                        (static_cast<long long>(b / 2) * 20 + (lane & 3)) * 128 + (b & 1) * 64 +
-                        8 * (lane >> 2);
-    const char* meta =
-        c_base[warp] + kCodes13 + kMeta13 + kCodes2 + (b * 16 + 2 * (lane >> 2)) * 4;
-    uint2 v[10];
-#pragma unroll
-    for (int g = 0; g < 5; ++g) {
-      v[2 * g] = load_cs8(codes + g * 4 * 128);
-      v[2 * g + 1] = load_cs8(meta + g * 2560 * 4);
-    }
-#pragma unroll
-    for (int i = 0; i < 10; ++i) acc ^= v[i].x ^ v[i].y;
+    // Unit B's 16-column tile blockIdx.x - kCtasA: warp r loads route r's W2 share.
+    const char* w2 = c_base[warp] + kCodes13 + kMeta13;
+    acc = load_unit_b_w2(w2, w2 + kCodes2, blockIdx.x - kCtasA, lane);
   }
   span_end(acc);
 }
