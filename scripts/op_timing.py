@@ -59,7 +59,17 @@ DIAG = {
     # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
     "polled-b16-1acc": 1 << 29,
     "polled-b16-5acc": 1 << 30,  # five accumulators, one per group
+    # kernel A bulk-prefetches its share of W2 into L2 after its W13 loads / its first group
+    "polled-w2-bulk": 1 << 24,
+    "polled-w2-bulk-late": 1 << 25,
+    "polled-zero-cols": 1 << 32,  # zeros in the MMAs' seven unused activation columns
     "polled-A-only": (1 << 22) | 4,  # the polled form's kernel A alone (publishing h)
+    # the polled form with kernel A's arithmetic skipped (h meaningless): what it costs in the op
+    "polled-A-load-only": (1 << 22) | 8192,
+    # ... kernel B's arithmetic skipped (no dequantization, no MMAs), and both: what remains is
+    # the op's loads, hand-off, reductions and combine
+    "polled-B-load-only": (1 << 22) | (1 << 31),
+    "polled-bare": (1 << 22) | 8192 | (1 << 31),
     # kernel A alone, loads only (no arithmetic, no h, no W2 prefetch): its W13 stream
     "A-load-only-w13": 8192 | 4 | 1024,
     # kernel A alone as the waiting form's (16 warps, 64 registers, arithmetic, no h published,
