@@ -81,17 +81,9 @@ constexpr int64_t kDiagB16Late = int64_t{1} << 28;
 constexpr int64_t kDiagB16OneChain = int64_t{1} << 29;
 // with the polled hand-off (tuning runs): the 16-column kernel B's MMAs in five accumulators
 constexpr int64_t kDiagB16FiveChains = int64_t{1} << 30;
-// with the polled hand-off (tuning runs): kernel A prefetches its share of W2 into L2 in two
-// bulk prefetches (kPublishTagBulkW2), right after its W13 loads or, with bit 25 too, once warp
-// 1's first group is in
-constexpr int64_t kDiagW2Bulk = int64_t{1} << 24;
-constexpr int64_t kDiagW2BulkLate = int64_t{1} << 25;
 // with the polled hand-off (tuning runs): the 16-column kernel B without its arithmetic (no
 // dequantization, no MMAs; the output meaningless), to time what that arithmetic costs
 constexpr int64_t kDiagB16LoadOnly = int64_t{1} << 31;
-// with the polled hand-off (tuning runs): both kernels' MMAs with zeros in the seven unused
-// columns of their activation operand (kPublishTagZeroCols, kernel B's kZeroCols)
-constexpr int64_t kDiagZeroCols = int64_t{1} << 32;
 // The bits that pin the two-kernel form with kernel B waiting for kernel A's completion (or a
 // tuning variant of it); without any of them, PATH_AUTO takes the polled hand-off on sm_90.
 constexpr int64_t kWaitingFormBits = kTwoKernels | (int64_t{3} << kDiagWarpsShift) |
@@ -103,7 +95,7 @@ constexpr int64_t kDiagBits = kDiagSkipB | kDiagSkipA | kDiagNoPdl | kDiagLaunch
                               kDiagRolledSums | kDiagBare | kDiagBDelayMask | kDiagLateW2 |
                               kDiagPolled | kDiagNoEndWait | kForceFusedPolled | kDiagB32 |
                               kDiagB16Late | kDiagB16OneChain | kDiagB16FiveChains |
-                              kDiagW2Bulk | kDiagW2BulkLate | kDiagB16LoadOnly | kDiagZeroCols;
+                              kDiagB16LoadOnly;
 // Which form PATH_AUTO takes on sm_80+, by the H200 measurements: the two-kernel form (on sm_90
 // with PDL its polled hand-off of h: `qpnserve bench op`, 32 layers, 4-byte, commit f848f9a,
 // 5.43 us/layer net against 6.73 for the split form and 6.66 for kernel B waiting for kernel
@@ -256,13 +248,7 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
     // bits): kernel B polls what kernel A publishes, so both must run (never with kDiagSkipA).
     const bool polled = (diag & kDiagPolled) != 0 || (diag & kWaitingFormBits) == 0;
     if (use_pdl && polled && (diag & kDiagSkipA) == 0) {
-      kernel_a = (diag & kDiagW2BulkLate) != 0
-                     ? qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false,
-                                              qpn::kPublishTagBulkW2Late>
-                 : (diag & kDiagW2Bulk) != 0
-                     ? qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false,
-                                              qpn::kPublishTagBulkW2>
-                     : qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTag>;
+      kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTag>;
       kernel_b = (diag & kDiagNoEndWait) != 0
                      ? qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledNoEndWait>
                      : qpn::w2_combine_capped_kernel<kMeta3, qpn::kW2AtStart, qpn::kPolledThenWait>;
@@ -274,8 +260,6 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
                    : (diag & kDiagB16FiveChains) != 0 ? qpn::w2_combine16_kernel<kMeta3, false, 5>
                    : (diag & kDiagB16LoadOnly) != 0
                        ? qpn::w2_combine16_kernel<kMeta3, false, 2, true>
-                   : (diag & kDiagZeroCols) != 0
-                       ? qpn::w2_combine16_kernel<kMeta3, false, 2, false, true>
                        : qpn::w2_combine16_kernel<kMeta3>;
         ctas_b = qpn::kTiles2x16;
       }
@@ -283,10 +267,6 @@ void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, int cc_ma
       // time what that arithmetic costs inside the op.
       if (diag & kDiagLoadOnlyA) {
         kernel_a = qpn::w13_swiglu_kernel<kMeta3, false, 16, true, 2, false, qpn::kPublishTag>;
-      }
-      if (diag & kDiagZeroCols) {
-        kernel_a =
-            qpn::w13_swiglu_kernel<kMeta3, false, 16, false, 2, false, qpn::kPublishTagZeroCols>;
       }
       warps_a = 16;
       a.polled = polled_address(device);

@@ -60,15 +60,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #endif
 }
 
-// Bring `bytes` (a multiple of 16, 16-byte aligned) into L2 with one bulk prefetch by the
-// calling thread (sm_90: the copy engine issues the lines; no registers, no load slots). A no-op
-// below sm_90.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* p, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 // cp.async (sm_80+): 16 bytes from global memory to shared memory without a register, cached
 // in L2 only; commit and wait by groups. Never executed below sm_80 (only the split form uses
 // them).
@@ -347,19 +338,6 @@ __device__ __forceinline__ float lane_column(const WarpAcc<false>& acc, int lane
 }
 
 // Write a warp's per-column partials to part[kParts][32] (tile column index 0..31).
-// The same, when only column n = 0 of the MMAs' activation operand holds the activations (the
-// other seven are zeros, tuning runs): lane (g, t) takes its column from lane (g, 0), whose
-// accumulators c0 and c2 hold D[g][0] and D[g + 8][0]. The same values as lane_column's there.
-__device__ __forceinline__ float lane_column_n0(const WarpAcc<false>& acc, int lane) {
-  const int src = lane & ~3;
-  const float a0 = __shfl_sync(0xffffffffu, acc.d[0][0], src);
-  const float a2 = __shfl_sync(0xffffffffu, acc.d[0][2], src);
-  const float b0 = __shfl_sync(0xffffffffu, acc.d[1][0], src);
-  const float b2 = __shfl_sync(0xffffffffu, acc.d[1][2], src);
-  const bool odd = lane & 1;
-  return (lane & 2) ? (odd ? b2 : b0) : (odd ? a2 : a0);
-}
-
 template <bool kMma884>
 __device__ __forceinline__ void store_partials(const WarpAcc<kMma884>& acc, float* part, int lane) {
   if constexpr (kMma884) {

@@ -122,20 +122,6 @@ __device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int t
   }
 }
 
-// Tuning runs (sm_90, the polled form): the same share as one bulk prefetch of its codes and one
-// of its metadata, issued by one thread.
-template <bool kMeta3>
-__device__ __forceinline__ void bulk_prefetch_w2_share(const MoeArgs& a, int e, int tile) {
-  constexpr int kCodeBytes = kWords2 * 4 / kTiles13;
-  constexpr int kMetaBytes = kGroups2 * kHidden * (kMeta3 ? 3 : 4) / kTiles13;
-  static_assert(kCodeBytes % 16 == 0 && kMetaBytes % 16 == 0, "bulk sizes are multiples of 16");
-  const char* codes = reinterpret_cast<const char*>(a.w2 + static_cast<long long>(e) * kWords2);
-  const char* meta = static_cast<const char*>(a.s2) +
-                     static_cast<long long>(e) * (kGroups2 * kHidden * (kMeta3 ? 3 : 4));
-  bulk_prefetch_l2(codes + tile * kCodeBytes, kCodeBytes);
-  bulk_prefetch_l2(meta + tile * kMetaBytes, kMetaBytes);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Unit A: W13 + SwiGLU for one (tile, route): 16 values of intermediate[route]. kWarpsA warps
 // (dividing the 80 groups) split K; their FP32 partials meet in shared memory in warp order.
@@ -149,18 +135,9 @@ __device__ __forceinline__ void bulk_prefetch_w2_share(const MoeArgs& a, int e, 
 // meaningless), which times kernel A's memory traffic alone.
 // kLateW2 (tuning runs, with kernel B's kW2AfterWait): prefetch the W2 share only once the
 // tile's W13 has landed instead of right after issuing it, so that W13 is served first.
-// kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag;
-// tuning runs: kPublishTagBulkW2 also prefetches the unit's share of its route's W2 into L2 in
-// two bulk prefetches right after the W13 loads are issued (so that W2 is requested at kernel
-// A's start, not kernel B's), kPublishTagBulkW2Late once warp 1's first group is in.
+// kPublish: also publish h with the call's tag (the polled hand-off, PolledH): kPublishTag.
 constexpr int kNoPublish = 0;
 constexpr int kPublishTag = 1;
-constexpr int kPublishTagBulkW2 = 2;
-constexpr int kPublishTagBulkW2Late = 3;
-// kPublishTagZeroCols (tuning runs): as kPublishTag, with only column 0 of the MMAs' x operand
-// holding x (lanes 4..31 read zeros), so the tensor cores multiply zeros in the seven columns
-// whose sums are never used (the same sums in column 0).
-constexpr int kPublishTagZeroCols = 4;
 template <bool kMeta3, bool kMma884, int kWarpsA, bool kSignal, bool kLoadOnly = false,
           bool kLateW2 = false, int kPublish = kNoPublish>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
@@ -171,9 +148,7 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   constexpr int kXChunks = kG * 4;  // 16 B chunks of x in this warp's k slice
   constexpr int kXPerLane = (kXChunks + 31) / 32;
   __shared__ float part[kWarpsA * kParts * kTile];
-  constexpr bool kZeroCols = kPublish == kPublishTagZeroCols;
   __shared__ uint4 xs[kWarpsA][kXChunks];
-  __shared__ uint4 xz[kZeroCols ? kWarpsA : 1][kZeroCols ? kXChunks : 1];
   __shared__ __align__(16) __half hs[kTile / 2];
   __shared__ unsigned tag_s;
 
@@ -212,16 +187,13 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   if (!kSignal && !kLateW2 && (a.diag & kDiagNoW2Prefetch) == 0) {
     prefetch_w2_share<kMeta3>(a, e, tile, threadIdx.x);
   }
-  if (kPublish == kPublishTagBulkW2 && threadIdx.x == 32) bulk_prefetch_w2_share<kMeta3>(a, e, tile);
   if (kPublish != kNoPublish && threadIdx.x == 0) tag_s = epoch + 1u;
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
     const int i = lane + 32 * j;
     if (i < kXChunks) xs[warp][i] = xr[j];
-    if (kZeroCols && i < kXChunks) xz[warp][i] = make_uint4(0u, 0u, 0u, 0u);
   }
   __syncwarp();
-  const uint4* xsrc = kZeroCols && (lane >> 2) != 0 ? xz[kZeroCols ? warp : 0] : xs[warp];
 
   WarpAcc<kMma884> acc;
 #pragma unroll
@@ -231,19 +203,11 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
       acc.d[0][0] += __uint_as_float((f.codes.x ^ f.codes.y ^ f.codes.z ^ f.codes.w ^ f.meta.x ^
                                       f.meta.y ^ f.meta.z ^ f.meta.w) & 0x3fffffffu);
     } else {
-      dot_group<kMeta3, kMma884>(acc, ring[g % kDepth], xsrc[4 * g + lm.kq]);
-    }
-    if (kPublish == kPublishTagBulkW2Late && g == 0 && threadIdx.x == 32) {
-      // The id is read again (from cache) rather than kept live through the loop.
-      bulk_prefetch_w2_share<kMeta3>(a, __ldcs(&a.ids[route]), tile);
+      dot_group<kMeta3, kMma884>(acc, ring[g % kDepth], xs[warp][4 * g + lm.kq]);
     }
     if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
   }
-  if constexpr (kZeroCols && !kMma884) {
-    part[warp * kTile + lane] = lane_column_n0(acc, lane);
-  } else {
-    store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
-  }
+  store_partials<kMma884>(acc, part + warp * kParts * kTile, lane);
   trace_stamp_after(slot, 4, acc.d[0][0] + acc.d[1][0]);  // warp 0's dots done
   __syncthreads();
   trace_stamp(slot, 2);  // every warp's dot products done
@@ -445,15 +409,13 @@ __device__ __forceinline__ float sum_chains(const float (&d)[kChains][4], int i)
 // kLoadOnly (tuning runs): no dequantization and no MMAs (y meaningless, made from the loaded
 // words and h so that every load and the poll stay; the dequantized weights' registers filled by
 // one XOR per word so that residency stays the default's): what kernel B's arithmetic costs.
-// kZeroCols (tuning runs): lanes 4..31 give the MMAs zeros instead of h (only column 0 is used).
-template <bool kMeta3, bool kDequantLate = false, int kChains = 2, bool kLoadOnly = false,
-          bool kZeroCols = false>
+template <bool kMeta3, bool kDequantLate = false, int kChains = 2, bool kLoadOnly = false>
 __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
   __shared__ float ys[kRoutes * kCols16];
   __shared__ float wts[kRoutes];
   __shared__ int valid_s[kRoutes];
-  __shared__ __align__(16) unsigned hsm[kRoutes][kInter / 2 * (kZeroCols ? 2 : 1)];
+  __shared__ __align__(16) unsigned hsm[kRoutes][kInter / 2];
 
   const int route = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -462,12 +424,6 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
   const int e = a.ids[route];
   const float weight = a.weights[route];
   const unsigned tag = load_relaxed_gpu(&a.polled->epoch) + 1u;
-  if constexpr (kZeroCols) {
-    // The zeros after h (the poll's __syncwarp orders these stores before the MMAs' loads).
-    for (int i = lane; i < kInter / 2; i += 32) hsm[route][kInter / 2 + i] = 0u;
-  }
-  const uint4* hsrc = reinterpret_cast<const uint4*>(hsm[route]) +
-                      (kZeroCols && (lane >> 2) != 0 ? kInter / 8 : 0);
   const bool valid = route_is_valid(e, a.num_experts);
   Cols16Weights q[kGroups2];
   Cols16Frag<kMeta3> f[kGroups2];
@@ -526,7 +482,7 @@ __device__ __forceinline__ void w2_combine16_unit(const MoeArgs& a, int tile) {
       float d[kChains][4] = {};
 #pragma unroll
       for (int g = 0; g < kGroups2; ++g) {
-        const uint4 hv = hsrc[4 * g + (lane & 3)];
+        const uint4 hv = reinterpret_cast<const uint4*>(hsm[route])[4 * g + (lane & 3)];
         mma_cols16(d[g % kChains], q[g], hv);
       }
       y0 = sum_chains<kChains>(d, 0);
@@ -623,12 +579,11 @@ __global__ void QPN_B_CAPPED_BOUNDS(kW2When == kW2AfterWait ? 64 : 80)
 
 // Kernel B of 16 columns (w2_combine16_unit): grid (kTiles2x16), kWarpsB * 32 threads, at most
 // 80 registers like the capped kernel B, so one CTA fits beside each kernel A CTA.
-template <bool kMeta3, bool kDequantLate = false, int kChains = 2, bool kLoadOnly = false,
-          bool kZeroCols = false>
+template <bool kMeta3, bool kDequantLate = false, int kChains = 2, bool kLoadOnly = false>
 __global__ void QPN_B_CAPPED_BOUNDS(80) w2_combine16_kernel(MoeArgs a) {
   if (b_launch_only(a)) return;
   pdl_launch_dependents();  // it waits for kernel A's completion at its end
-  w2_combine16_unit<kMeta3, kDequantLate, kChains, kLoadOnly, kZeroCols>(a, blockIdx.x);
+  w2_combine16_unit<kMeta3, kDequantLate, kChains, kLoadOnly>(a, blockIdx.x);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -59,10 +59,6 @@ DIAG = {
     # the 16-column kernel B's MMAs in one accumulator (two by default: chains of 3 and 2 groups)
     "polled-b16-1acc": 1 << 29,
     "polled-b16-5acc": 1 << 30,  # five accumulators, one per group
-    # kernel A bulk-prefetches its share of W2 into L2 after its W13 loads / its first group
-    "polled-w2-bulk": 1 << 24,
-    "polled-w2-bulk-late": 1 << 25,
-    "polled-zero-cols": 1 << 32,  # zeros in the MMAs' seven unused activation columns
     "polled-A-only": (1 << 22) | 4,  # the polled form's kernel A alone (publishing h)
     # the polled form with kernel A's arithmetic skipped (h meaningless): what it costs in the op
     "polled-A-load-only": (1 << 22) | 8192,

@@ -143,9 +143,6 @@ OP_PATHS = {
     "polled-b16-late": 1 | (1 << 28),
     "polled-b16-1acc": 1 | (1 << 29),
     "polled-b16-5acc": 1 | (1 << 30),
-    "polled-w2-bulk": 1 | (1 << 24),
-    "polled-w2-bulk-late": 1 | (1 << 25),
-    "polled-zero-cols": 1 | (1 << 32),
 }
 
 
@@ -160,9 +157,7 @@ def cuda_ops(
     units in one launch, a tuning candidate) and "polled-b32" (the polled form with kernel B in
     80 CTAs of 32 columns, the default before 160 of 16), "polled-b16-late" (its W2
     dequantized after the poll), "polled-b16-1acc" and "polled-b16-5acc" (its MMAs in one or
-    five accumulators instead of two), "polled-w2-bulk" and "polled-w2-bulk-late" (kernel A
-    bulk-prefetching its share of W2 into L2 after its W13 loads, or after its first group),
-    tuning paths, on sm_90 (OP_PATHS).
+    five accumulators instead of two), tuning paths, on sm_90 (OP_PATHS).
     """
     if not torch.cuda.is_available():
         raise BenchError(

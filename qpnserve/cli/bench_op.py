@@ -30,9 +30,6 @@ OP_PATH_NAMES = (
     "polled-b16-late",
     "polled-b16-1acc",
     "polled-b16-5acc",
-    "polled-w2-bulk",
-    "polled-w2-bulk-late",
-    "polled-zero-cols",
 )
 
 
@@ -65,9 +62,7 @@ def bench_op(
         " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"
         " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; polled-b16-late,"
         " polled-b16-1acc, polled-b16-5acc: its W2 dequantized after the poll, its MMAs in one"
-        " or five accumulators instead of two; polled-w2-bulk, polled-w2-bulk-late: kernel A"
-        " bulk-prefetching its share of W2 into L2 after its W13 loads or its first group;"
-        " tuning paths, all sm_90).",
+        " or five accumulators instead of two, tuning paths; all sm_90).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

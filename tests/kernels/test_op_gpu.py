@@ -43,9 +43,6 @@ PATH_B32 = 1 << 27
 PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll (one accumulator)
 PATH_B16_1ACC = 1 << 29  # its MMAs in one accumulator (the default has two: another FP32 order)
 PATH_B16_5ACC = 1 << 30  # five accumulators, one per group
-PATH_W2_BULK = 1 << 24  # kernel A bulk-prefetches its W2 share after its W13 loads
-PATH_W2_BULK_LATE = 1 << 25  # ... once warp 1's first group is in
-PATH_ZERO_COLS = 1 << 32  # zeros in the MMAs' seven unused activation columns
 PATHS = {
     "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
     "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
@@ -58,9 +55,6 @@ PATHS = {
     "polled_b16_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_LATE,
     "polled_b16_1acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_1ACC,
     "polled_b16_5acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_5ACC,
-    "polled_w2_bulk": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_W2_BULK,
-    "polled_w2_bulk_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_W2_BULK_LATE,
-    "polled_zero_cols": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_ZERO_COLS,
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
