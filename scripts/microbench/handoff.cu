@@ -21,6 +21,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "span.cuh"
+
 namespace {
 
 constexpr int kRounds = 2000, kTrials = 50, kMaxPollers = 2048;
@@ -29,19 +31,6 @@ __device__ unsigned long long g_ping, g_pong;
 __device__ __align__(128) unsigned long long g_word[32];  // word 0 polled; padding to a line
 __device__ unsigned long long g_stored[kTrials], g_seen[kTrials][kMaxPollers], g_rtt;
 
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long long v) {
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 __device__ __forceinline__ void wait_for(const unsigned long long* p, unsigned long long v) {
   unsigned polls = 0;
   while (ld_relaxed(p) != v) {

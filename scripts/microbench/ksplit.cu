@@ -84,15 +84,6 @@ __device__ __forceinline__ void stamp(int step) {
   if (threadIdx.x == 0) g_stamp[blockIdx.x][step] = now_ns();
 }
 
-__device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
-__device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long long v) {
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 __device__ __forceinline__ float as_small_float(unsigned v) {
   return __uint_as_float((v & 0x007fffffu) | 0x3f800000u);  // in [1, 2): no NaN, no overflow
 }
@@ -193,7 +184,8 @@ __device__ void two_kernel_b(const char* const* base_of, int b, unsigned tag, fl
 // columns 160w .. 160w + 159 (W2 tiles 5w .. 5w + 4: 256 contiguous bytes each, 8 per lane) and
 // their 160 records of group slice / 2. kW2First: W2 loads issued before W13's.
 template <bool kW2First>
-__device__ void ksplit_unit(const char* const* base_of, int route, int slice, unsigned tag, float* part, float* hs) {
+__device__ void ksplit_unit(const char* const* base_of, int route, int slice, unsigned tag,
+                            float* part, float* hs) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const char* w2 = base_of[route] + kCodes13 + kMeta13;
   uint2 c2[5];
@@ -305,8 +297,8 @@ __global__ void __launch_bounds__(512, 1) ksplit_structure(int mode, int launch,
 #pragma unroll
       for (int j = 0; j < 5; ++j) {
         const uint2 c = load_cs8(w2 + (5 * warp + j) * 2560 + (b % 10) * 256 + lane * 8);
-        acc ^= c.x ^ c.y ^ __ldcs(reinterpret_cast<const unsigned*>(
-                               w2 + kCodes2 + (b % 10 / 2) * 10240 + (160 * warp + lane + 32 * j) * 4));
+        const char* m = w2 + kCodes2 + (b % 10 / 2) * 10240 + (160 * warp + lane + 32 * j) * 4;
+        acc ^= c.x ^ c.y ^ __ldcs(reinterpret_cast<const unsigned*>(m));
       }
       break;
     }
@@ -341,19 +333,7 @@ __global__ void __launch_bounds__(512, 1) ksplit_structure(int mode, int launch,
 // The read floor's shape over the same ten regions (op_patterns.cu's floor_kernel).
 __global__ void floor_shape(int launch) {
   begin(launch);
-  const uint4* p =
-      reinterpret_cast<const uint4*>(c_base[launch * kRoutes + blockIdx.y]) + blockIdx.x * 1024;
-  uint4 v[4];
-  const int n = static_cast<int>(kRoute / 16);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int k = blockIdx.x * 1024 + i * 256 + threadIdx.x;
-    v[i] = k < n ? __ldcs(p + i * 256 + threadIdx.x) : make_uint4(0, 0, 0, 0);
-  }
-  unsigned acc = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) acc ^= fold(v[i]);
-  end(launch, acc);
+  end(launch, floor_chunk(c_base[launch * kRoutes + blockIdx.y], kRoute));
 }
 
 // Nothing but the span's stamps: the launch's own spread.
@@ -443,7 +423,8 @@ int main() {
       warm_up<<<2 * prop.multiProcessorCount, 512>>>(8000000);  // about 4 ms
       for (int i = 0; i < kLaunches; ++i) {
         if (c.mode < 0) {
-          floor_shape<<<dim3(static_cast<unsigned>((kRoute / 16 + 1023) / 1024), kRoutes), 256>>>(i);
+          const dim3 grid(static_cast<unsigned>((kRoute / 16 + 1023) / 1024), kRoutes);
+          floor_shape<<<grid, 256>>>(i);
         } else if (c.mode == 0) {
           two_kernel_structure<1, true><<<c.ctas, 512>>>(i, ++tag);
         } else if (c.mode == 6) {

@@ -30,9 +30,6 @@ constexpr int kRoutes = 10;
 // run-time route would live in local memory).
 __constant__ const char* c_base[kRoutes];
 
-__device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
-__device__ __forceinline__ unsigned fold(uint2 v) { return v.x ^ v.y; }
-
 // Kernel A's unit (tile, route), `warps` warps splitting the 80 groups of one 32-column tile:
 // per group a lane loads 16 B of codes (the group's 512 B contiguous) and 16 B of records
 // (the tile's 128 B of the group's 1280 B record row, 4 lanes per 16 B). kMetaTileMajor: the
@@ -106,18 +103,7 @@ __global__ void pattern_kernel(int mode) {
 // thread 4 contiguous 16 B loads of one 16 KB chunk.
 __global__ void floor_kernel() {
   span_begin();
-  const uint4* p = reinterpret_cast<const uint4*>(c_base[blockIdx.y]) + blockIdx.x * 1024;
-  uint4 v[4];
-  const int n = static_cast<int>(kRoute / 16);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int k = blockIdx.x * 1024 + i * 256 + threadIdx.x;
-    v[i] = k < n ? __ldcs(p + i * 256 + threadIdx.x) : make_uint4(0, 0, 0, 0);
-  }
-  unsigned acc = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) acc ^= fold(v[i]);
-  span_end(acc);
+  span_end(floor_chunk(c_base[blockIdx.y], kRoute));
 }
 
 }  // namespace

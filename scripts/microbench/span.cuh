@@ -1,5 +1,6 @@
-// What the streaming microbenchmarks share: streaming 16- and 8-byte loads, unit B's W2 loads,
-// and one launch's span from %globaltimer, the first CTA's start to the last CTA's end.
+// What the streaming microbenchmarks share: streaming 16- and 8-byte loads, relaxed 64-bit
+// loads and stores, unit B's W2 loads, the read floor's per-CTA loads, and one launch's span
+// from %globaltimer, the first CTA's start to the last CTA's end.
 // span_begin at a kernel's start, span_end(acc) at its end (acc keeps the loads alive);
 // span_reset before the launch and span_us after it on the host.
 
@@ -30,6 +31,35 @@ __device__ __forceinline__ uint2 load_cs8(const char* p) {
   uint2 v;
   asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
+}
+// A load's words folded into one (what keeps the loads alive without arithmetic).
+__device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+__device__ __forceinline__ unsigned fold(uint2 v) { return v.x ^ v.y; }
+// Relaxed gpu-scope 64-bit load and store, as the operator's hand-off of h uses them.
+__device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+// The read floor's shape (grid (chunks, route), 256 threads): thread t of CTA x loads 16 B at
+// t, t + 256, t + 512 and t + 768 of the route region's 16 KB chunk x (`bytes` long in all)
+// before using any; returns the words folded.
+__device__ __forceinline__ unsigned floor_chunk(const char* region, long long bytes) {
+  const uint4* p = reinterpret_cast<const uint4*>(region) + blockIdx.x * 1024;
+  uint4 v[4];
+  const int n = static_cast<int>(bytes / 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int k = blockIdx.x * 1024 + i * 256 + threadIdx.x;
+    v[i] = k < n ? __ldcs(p + i * 256 + threadIdx.x) : make_uint4(0, 0, 0, 0);
+  }
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc ^= fold(v[i]);
+  return acc;
 }
 // One warp of the operator's unit B (16-column tile b): its route's 5 W2 groups as kernel B
 // loads them (4 k-blocks x 16 columns of codes, 8 bytes per lane, and the group's 16 records, 8
