@@ -18,6 +18,7 @@ from qpnserve.preflight.report import CheckResult
 from qpnserve.preflight.report import result as _r
 
 MAX_NAMED_OFFENDERS = 3
+RECOPY_FIX = "re-copy the checkpoint (compare file sizes with the source)"
 REQUANTIZE_FIX = (
     "use the native AWQ group-32 export of Qwen3.8 (4-bit, zero point, GEMM); "
     "other quantizations keep the host's own route"
@@ -136,7 +137,7 @@ def check_quantization(ck: CheckpointFacts) -> CheckResult:
 
 def check_shards(ck: CheckpointFacts) -> CheckResult:
     name = "checkpoint.shards"
-    fix = "re-copy the checkpoint (compare file sizes with the source)"
+    fix = RECOPY_FIX
     if ck.index_error is not None:
         return _r(name, "FAIL", ck.index_error, fix)
     if not ck.shards:
@@ -187,7 +188,8 @@ def check_tensors(ck: CheckpointFacts) -> CheckResult:
     bad_shards = {s.file for s in ck.shards if not s.header_ok}
     shard_of = ck.index_weight_map
     counts: Counter[str] = Counter()
-    named: list[str] = []
+    named: list[str] = []  # the first offenders the export is to blame for
+    unread_shards: Counter[str] = Counter()  # tensors not read because their shard is bad
     tensors = ck.tensors
     # (name, expected (dtype, shape)) pairs compared as whole tuples: 221,184 of them for the
     # full model, so the common (matching) case is one dict lookup and one tuple compare.
@@ -206,8 +208,9 @@ def check_tensors(ck: CheckpointFacts) -> CheckResult:
         if found == want:
             continue
         if found is None and shard_of.get(tensor) in bad_shards:
-            problem, detail = "in a bad shard", f"in {shard_of[tensor]} (see checkpoint.shards)"
-        elif found is None:
+            unread_shards[shard_of[tensor]] += 1
+            continue
+        if found is None:
             problem, detail = "missing", "missing"
         elif found[0] != want[0]:
             problem, detail = "wrong dtype", f"dtype {found[0]} (needs {want[0]})"
@@ -216,15 +219,30 @@ def check_tensors(ck: CheckpointFacts) -> CheckResult:
         counts[problem] += 1
         if len(named) < MAX_NAMED_OFFENDERS:
             named.append(f"{tensor}: {detail}")
+    unread = sum(unread_shards.values())
+    unread_note = (
+        "in missing or unreadable shard(s) "
+        f"{', '.join(sorted(unread_shards)[:MAX_NAMED_OFFENDERS])} (see checkpoint.shards)"
+    )
     if counts:
         bad = sum(counts.values())
         summary = ", ".join(f"{n} {p}" for p, n in counts.most_common())
+        also = f"; besides, {unread} are {unread_note}" if unread else ""
         return _r(
             name,
             "FAIL",
             f"{bad} of {checked} expert tensors differ from native group 32 ({summary}); "
-            f"first: {'; '.join(named)}",
+            f"first: {'; '.join(named)}{also}",
             REQUANTIZE_FIX,
+        )
+    if unread:
+        # Every tensor that was read matches: the export is fine, the copy is not.
+        return _r(
+            name,
+            "FAIL",
+            f"{unread} of {checked} expert tensors could not be checked: they are {unread_note}; "
+            "the others match native group 32",
+            RECOPY_FIX,
         )
     return _r(
         name,

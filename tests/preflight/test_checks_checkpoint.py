@@ -3,6 +3,7 @@ one passes; layers kept unquantized are a warning, not a broken checkpoint."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +75,35 @@ def test_check_reports_first_offenders_and_counts_the_rest(make_ckpt: Callable[.
     reason = run(make_ckpt("wrong-dtype"))["checkpoint.tensors"].reason
     assert reason.startswith("1536 of 13824 expert tensors differ")
     assert reason.count("experts.") == 3
+
+
+@pytest.mark.parametrize("variant", ["missing-shard", "truncated-header"])
+def test_check_blames_the_shard_not_the_export_for_tensors_it_could_not_read(
+    make_ckpt: Callable[..., Path], variant: str
+) -> None:
+    results = run(make_ckpt(variant))
+    tensors = results["checkpoint.tensors"]
+    assert tensors.status == "FAIL"
+    assert "could not be checked" in tensors.reason and "see checkpoint.shards" in tensors.reason
+    assert "differ from native group 32" not in tensors.reason
+    assert tensors.fix == results["checkpoint.shards"].fix
+
+
+def test_check_names_export_offenders_first_when_a_shard_is_also_missing(
+    make_ckpt: Callable[..., Path],
+) -> None:
+    path = make_ckpt("wrong-dtype")
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    weight_map = index["weight_map"]
+    expert = "model.language_model.layers.{}.mlp.experts.0.down_proj.scales"
+    other = weight_map[expert.format(2)]
+    assert other != weight_map[expert.format(0)]
+    (path / other).unlink()
+    tensors = run(path)["checkpoint.tensors"]
+    assert tensors.status == "FAIL"
+    assert "(1536 wrong dtype); first: model.language_model.layers.0." in tensors.reason
+    assert "besides, " in tensors.reason and other in tensors.reason
+    assert tensors.fix.startswith("use the native AWQ group-32 export")
 
 
 def test_check_warns_on_layers_kept_unquantized(make_ckpt: Callable[..., Path]) -> None:
