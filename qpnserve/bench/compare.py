@@ -76,8 +76,9 @@ def load_report(path: Path) -> BenchReport:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
+        what = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
         raise UsageError(
-            f"{path} is not a qpnserve bench report ({where}: {first.get('msg')})",
+            f"{path} is not a qpnserve bench report ({what})",
             hint="pass files written by `qpnserve bench smoke --out` or its --json output",
         ) from None
 

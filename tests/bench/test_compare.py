@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from qpnserve.bench.compare import compare, delta_pct
@@ -95,10 +96,19 @@ def test_cli_compare_prints_table_on_stderr_and_json_on_stdout(tmp_path: Path) -
     assert json.loads(result.stdout)["kind"] == "qpnserve.bench.compare"
 
 
-def test_cli_compare_rejects_a_file_that_is_not_a_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"hello": 1}', "(started_at: Field required)"),
+        ("garbage", "(Invalid JSON: expected value"),
+    ],
+)
+def test_cli_compare_rejects_a_file_that_is_not_a_report(
+    tmp_path: Path, text: str, why: str
+) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text('{"hello": 1}')
+    bad.write_text(text)
     result = runner.invoke(app, ["bench", "compare", str(bad), str(bad)])
     assert result.exit_code == int(ExitCode.USAGE)
-    assert result.stderr.startswith(f"error: {bad} is not a qpnserve bench report")
+    assert result.stderr.startswith(f"error: {bad} is not a qpnserve bench report {why}")
     assert "Traceback" not in result.output
