@@ -22,7 +22,11 @@ WAIT_S = 20.0
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
-    """`qpnserve ARGS` with the test stages, in its own session (a signal reaches only it)."""
+    """`qpnserve ARGS` with the test stages, in its own session (a signal reaches only it).
+
+    SIGINT starts at its default disposition: pytest run as a background job of a script
+    inherits SIGINT ignored, and a Python started so never turns SIGINT into Ctrl-C.
+    """
     return subprocess.Popen(
         [sys.executable, "-m", "tests.lifecycle.stub_cli", *args],
         cwd=REPO_ROOT,
@@ -30,7 +34,12 @@ def start_cli(*args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture
