@@ -89,11 +89,12 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
 
         host = detect_host()
     if host is None or host.kind == "none":
-        found = "no vllm package" if host is None else f"{host.dist_name} {host.version}"
+        found = "no vllm package" if host is None else host.label
         raise DispatchError(
             f"{ROUTE_FLAG.name}=1 but the installed host ({found}) has neither the native AWQ M1 "
             "route nor the AWQSM70MoEMethod._apply_legacy_single_token_compact hook",
-            hint="install 1Cat-vLLM v1.3.0 (patchable) or a native build, or unset the flag",
+            hint="pip install revolta==0.1.4 (native route) or install the 1Cat-vLLM v1.3.0 "
+            "wheel (patched route), or unset the flag",
         )
     manifest = manifest or load_manifest()
     target = manifest.target
@@ -118,7 +119,7 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
         newly = install_observer(cls, recorder=recorder)
         return Activation("native", host.version, "observe", newly, None, None)
 
-    build = verify_installed(host.package_dir, host.version, manifest)
+    build = verify_installed(host.package_dir, host.version, manifest, host.dist_name)
     cls = import_host_class(target, host.package_dir)
     if applied_mode(cls) is not None:  # a second register() in this process: nothing to do
         return Activation("patched", host.version, "patched", False, None, None)
@@ -135,11 +136,10 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
     install_patched(cls, op=op, recorder=recorder, patch_id=manifest.id, op_archs=op_archs)
     validated_as = f"{build.distribution} {build.version}"
     logger.info(
-        "qpnserve AWQ M1 dispatch applied to %s.%s (%s %s, validated as %s; extension %s)",
+        "qpnserve AWQ M1 dispatch applied to %s.%s (%s, validated as %s; extension %s)",
         target.module,
         target.class_name,
-        host.dist_name,
-        host.version,
+        host.label,
         validated_as,
         build_key,
     )

@@ -17,8 +17,15 @@ INSTALL_TORCH_FIX = (
 INSTALL_NVCC_FIX = (
     "install a CUDA 12.x toolkit (12.8 matches the host's torch) and set CUDA_HOME to it"
 )
+# Both ways to a host with the route: ReVolta carries it natively (Python 3.12 wheel on the
+# registry); a 1Cat-vLLM v1.3.0 wheel is the build qpnserve's dispatch patch was validated on.
 INSTALL_HOST_FIX = (
-    "install a 1Cat-vLLM wheel, v1.3.0 or newer, from github.com/1CatAI/1Cat-vLLM/releases"
+    "native route: pip install revolta==0.1.4 (ReVolta, Python 3.12); patched route: install "
+    "the 1Cat-vLLM v1.3.0 wheel from github.com/1CatAI/1Cat-vLLM/releases"
+)
+VALIDATED_HOST_FIX = (
+    "install a host build listed in patches/awq_m1_dispatch.toml (1Cat-vLLM v1.3.0), "
+    "or pip install revolta==0.1.4 for the native route"
 )
 
 
@@ -95,6 +102,8 @@ def check_nvcc(facts: Facts) -> CheckResult:
 
 
 def check_host(facts: Facts, awq_m1: bool) -> CheckResult:
+    """Kind first, whatever the distribution is called: a native build passes as it is; a
+    patchable one passes when its hooked source matches a validated build."""
     name = "toolchain.host"
     h = facts.host
     if h is None:
@@ -102,23 +111,16 @@ def check_host(facts: Facts, awq_m1: bool) -> CheckResult:
     if not h.found:
         return _r(name, "FAIL", "no vllm package is installed in this Python", INSTALL_HOST_FIX)
     found = f"{h.dist_name} {h.version}" + (f" at {h.package_dir}" if h.package_dir else "")
-    if h.dist_name != "1cat-vllm":
+    if h.kind == "native":
         return _r(
             name,
-            "FAIL",
-            f"{found}: only 1Cat-vLLM has the SM70 AWQ MoE method the route builds on",
-            INSTALL_HOST_FIX,
+            "PASS",
+            f"{found}: native route built in ({ROUTE_FLAG.name} on by default); qpnserve "
+            "checks, proves, measures and rolls it back",
         )
-    if h.kind == "native":
-        return _r(name, "PASS", f"{found}: native build (the route is built in)")
     if h.kind == "patched" and h.patch_error:
         bad: Status = "FAIL" if awq_m1 else "WARN"
-        return _r(
-            name,
-            bad,
-            f"{found}: has the hook, but {h.patch_error}",
-            "install a host build listed in patches/awq_m1_dispatch.toml (1Cat-vLLM v1.3.0)",
-        )
+        return _r(name, bad, f"{found}: has the hook, but {h.patch_error}", VALIDATED_HOST_FIX)
     if h.kind == "patched":
         matches = f"; source matches {h.patch_validated}" if h.patch_validated else ""
         return _r(
@@ -126,11 +128,18 @@ def check_host(facts: Facts, awq_m1: bool) -> CheckResult:
             "PASS",
             f"{found}: patchable (qpnserve supplies the operator and the dispatch){matches}",
         )
+    if not h.has_sm70_method:
+        return _r(
+            name,
+            "FAIL",
+            f"{found}: no SM70 AWQ MoE method (AWQSM70MoEMethod), so neither route can run",
+            INSTALL_HOST_FIX,
+        )
     status: Status = "FAIL" if awq_m1 else "WARN"
     return _r(
         name,
         status,
-        f"{found}: neither native route nor the hook "
+        f"{found}: neither the native route nor the hook "
         "AWQSM70MoEMethod._apply_legacy_single_token_compact",
         INSTALL_HOST_FIX,
     )

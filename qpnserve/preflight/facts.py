@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from qpnserve.config import FACTS_FILE
 from qpnserve.errors import UsageError
+from qpnserve.host import HostKind
 
 FACTS_SCHEMA_VERSION = 1
-HostKind = Literal["native", "patched", "none"]
 
 
 class GpuDevice(BaseModel):
@@ -60,13 +60,14 @@ class NvccFacts(BaseModel):
 
 class HostFacts(BaseModel):
     found: bool
-    dist_name: str | None = None  # "1cat-vllm" or "vllm"
+    dist_name: str | None = None  # the distribution that owns vllm/: "revolta", "1cat-vllm"
     version: str | None = None
     kind: HostKind = "none"
     package_dir: str | None = None
     has_route_flag: bool = False
     has_native_op: bool = False
     has_hook_method: bool = False
+    has_sm70_method: bool = False  # class AWQSM70MoEMethod exists (an SM70 build at all)
     # Patched hosts only: the validated build whose source the installed hook matches
     # ("1cat-vllm 1.3.0"), or why the dispatch patch would refuse this host.
     patch_validated: str | None = None

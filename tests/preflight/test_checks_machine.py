@@ -162,17 +162,23 @@ def test_check_nvcc_missing_fails_on_patched_host_skips_on_native() -> None:
         (
             HostFacts(found=True, dist_name="vllm", version="0.11.0", kind="none"),
             "FAIL",
-            "only 1Cat",
+            "vllm 0.11.0: no SM70 AWQ MoE method",
         ),
         (
-            HostFacts(found=True, dist_name="1cat-vllm", version="1.2.0", kind="none"),
+            HostFacts(
+                found=True,
+                dist_name="1cat-vllm",
+                version="1.2.0",
+                kind="none",
+                has_sm70_method=True,
+            ),
             "FAIL",
             "neither",
         ),
         (
-            HostFacts(found=True, dist_name="1cat-vllm", version="1.4", kind="native"),
+            HostFacts(found=True, dist_name="revolta", version="0.1.4", kind="native"),
             "PASS",
-            "native",
+            "revolta 0.1.4: native route built in (VLLM_SM70_AWQ_QWEN38_QPN_M1 on by default)",
         ),
         (
             HostFacts(found=True, dist_name="1cat-vllm", version="1.3.0", kind="patched"),
@@ -188,8 +194,25 @@ def test_check_host_kind(host: HostFacts, status: str, words: str) -> None:
 
 
 def test_check_host_without_route_is_a_warning_when_route_not_wanted() -> None:
-    host = HostFacts(found=True, dist_name="1cat-vllm", version="1.2.0", kind="none")
+    host = HostFacts(
+        found=True, dist_name="1cat-vllm", version="1.2.0", kind="none", has_sm70_method=True
+    )
     assert check_host(v100(host=host), awq_m1=False).status == "WARN"
+
+
+@pytest.mark.parametrize("awq_m1", [True, False])
+def test_check_host_upstream_fails_naming_both_fixes(awq_m1: bool) -> None:
+    host = HostFacts(found=True, dist_name="vllm", version="0.11.0", kind="none")
+    result = check_host(v100(host=host), awq_m1=awq_m1)
+    assert result.status == "FAIL"
+    assert "no SM70 AWQ MoE method" in result.reason
+    assert result.fix is not None
+    assert "revolta==0.1.4" in result.fix and "1Cat-vLLM v1.3.0" in result.fix
+
+
+def test_check_host_native_passes_with_route_off_too() -> None:
+    host = HostFacts(found=True, dist_name="revolta", version="0.1.4", kind="native")
+    assert check_host(v100(host=host), awq_m1=False).status == "PASS"
 
 
 @pytest.mark.parametrize(
