@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS
 from qpnserve.preflight.facts import Facts, version_tuple
+from qpnserve.preflight.layer_filters import (
+    LAYER_FILTERS,
+    LayerFilterError,
+    describe_layers,
+    excluded_layers,
+)
 from qpnserve.preflight.report import CheckResult, Status
 from qpnserve.preflight.report import result as _r
 
@@ -166,13 +172,6 @@ _ROUTE_BREAKERS = (
 )
 
 
-# Per-layer filters of the batched path: layers they exclude keep the host's grouped route.
-_LAYER_FILTERS = (
-    "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST",
-    "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST",
-)
-
-
 def check_host_env(facts: Facts, awq_m1: bool) -> CheckResult:
     name = "toolchain.host_env"
     env = facts.env
@@ -187,6 +186,7 @@ def check_host_env(facts: Facts, awq_m1: bool) -> CheckResult:
             problems.append(f"{var}={env[var]!r} is not an integer (the host fails to start)")
         elif bool(value) == bool(breaking):
             problems.append(f"{var}={env[var]} {why}")
+    problems += _layer_filter_problems(env)
     plugins = env.get(VLLM_PLUGINS.name)
     host_patched = facts.host is not None and facts.host.kind == "patched"
     if awq_m1 and host_patched and plugins is not None and PLUGIN_NAME not in plugins.split(","):
@@ -194,15 +194,23 @@ def check_host_env(facts: Facts, awq_m1: bool) -> CheckResult:
     if problems:
         status: Status = "FAIL" if awq_m1 else "WARN"
         return _r(name, status, "; ".join(problems), "unset these variables (or fix their values)")
-    narrowed = [v for v in _LAYER_FILTERS if v in env]
-    if narrowed:
-        return _r(
-            name,
-            "WARN",
-            f"{', '.join(narrowed)} set: layers outside the batched path do not take the route",
-            "unset them unless you mean to limit the route to some layers",
-        )
     return _r(name, "PASS", "no host variable turns off the path the route needs")
+
+
+def _layer_filter_problems(env: dict[str, str]) -> list[str]:
+    """A layer off the batched path fails the route's init contract (FAIL with the route on,
+    WARN with it off, as for the other variables)."""
+    try:
+        excluded = excluded_layers(env)
+    except LayerFilterError as exc:
+        return [f"{exc} (the host fails to load the model)"]
+    if not excluded:
+        return []
+    setting = ", ".join(f"{v}={env[v]!r}" for v in LAYER_FILTERS if v in env)
+    return [
+        f"{setting} takes MoE layers {describe_layers(excluded)} off the batched path "
+        "(sm70_awq_moe_batched_gemm False), which the route refuses at load"
+    ]
 
 
 def check_route_flag(facts: Facts) -> CheckResult:

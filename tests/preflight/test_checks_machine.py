@@ -234,11 +234,49 @@ def test_check_host_env_fails_on_variables_that_disable_the_route(
     assert words in result.reason
 
 
-def test_check_host_env_accepts_enabling_values_and_warns_on_layer_filters() -> None:
+def test_check_host_env_accepts_enabling_values() -> None:
     ok = {"VLLM_SM70_AWQ_MOE_BATCHED_GEMM": "1", "VLLM_PLUGINS": "a,qpnserve_awq_m1"}
     assert check_host_env(v100(env=ok), awq_m1=True).status == "PASS"
-    narrowed = {"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": "3,4"}
-    assert check_host_env(v100(env=narrowed), awq_m1=True).status == "WARN"
+
+
+@pytest.mark.parametrize(
+    ("env", "layers"),
+    [
+        ({"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": "3,4"}, "layers 3-4 off"),
+        ({"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST": "0-39"}, "layers 40-47 off"),
+        ({"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST": ""}, "layers 0-47 off"),
+        (
+            {
+                "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST": "0-9, 20",
+                "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": "5",
+            },
+            "layers 5, 10-19, 21-47 off",
+        ),
+    ],
+)
+def test_check_host_env_layer_filter_fails_with_route_on_naming_layers(
+    env: dict[str, str], layers: str
+) -> None:
+    on = check_host_env(v100(env=env), awq_m1=True)
+    assert on.status == "FAIL"
+    assert layers in on.reason
+    assert check_host_env(v100(env=env), awq_m1=False).status == "WARN"
+
+
+def test_check_host_env_layer_filter_that_keeps_every_layer_passes() -> None:
+    env = {
+        "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST": "0-63",
+        "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": "48",
+    }
+    assert check_host_env(v100(env=env), awq_m1=True).status == "PASS"
+
+
+@pytest.mark.parametrize("value", ["x", "3-1", "-2", "1,,a"])
+def test_check_host_env_unparsable_layer_filter_is_a_load_failure(value: str) -> None:
+    env = {"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": value}
+    result = check_host_env(v100(env=env), awq_m1=True)
+    assert result.status == "FAIL"
+    assert "fails to load the model" in result.reason
 
 
 @pytest.mark.parametrize("value", ["", "2", "true", "-1", " 1", "1 "])
