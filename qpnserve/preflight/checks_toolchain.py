@@ -4,6 +4,7 @@ host and the environment the server will inherit)."""
 from __future__ import annotations
 
 from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS
+from qpnserve.host_routes import route_flag_meaning
 from qpnserve.preflight.facts import Facts, version_tuple
 from qpnserve.preflight.layer_filters import (
     LAYER_FILTERS,
@@ -219,14 +220,14 @@ def check_route_flag(facts: Facts) -> CheckResult:
     if env is None:
         return _r(name, "SKIP", "toolchain facts were not probed")
     flag = ROUTE_FLAG.name
-    if flag not in env:
-        return _r(name, "PASS", f"{flag} unset (qpnserve up sets it)")
-    value = env[flag]
-    if value not in ("0", "1"):
+    kind = facts.host.kind if facts.host is not None else None
+    value = env.get(flag)
+    if value is not None and value not in ("0", "1"):
         return _r(
             name,
             "FAIL",
             f"{flag}={value!r}: only exactly '0' or '1' is accepted",
             f"export {flag}=1 (route on) or {flag}=0 (off), or unset it",
         )
-    return _r(name, "PASS", f"{flag}={value}")
+    meaning = route_flag_meaning(value, kind)
+    return _r(name, "PASS", f"route {meaning}; qpnserve up writes it explicitly")

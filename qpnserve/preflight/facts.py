@@ -147,6 +147,20 @@ def load_facts_file(path: Path) -> Facts:
     return facts.model_copy(update={"source": "recorded"})
 
 
+def host_facts(facts_file: Path | None = None) -> HostFacts:
+    """The installed host as `up` will see it: from $QPNSERVE_FACTS_FILE when set (and it
+    records a host), else probed from the installed files."""
+    if facts_file is None and os.environ.get(FACTS_FILE.name):
+        facts_file = Path(os.environ[FACTS_FILE.name])
+    if facts_file is not None:
+        recorded = load_facts_file(facts_file).host
+        if recorded is not None:
+            return recorded
+    from qpnserve.preflight.probes import probe_host
+
+    return probe_host()
+
+
 def gather_facts(
     model: Path | None,
     groups: set[str],

@@ -289,3 +289,22 @@ def test_check_route_flag_rejects_anything_but_0_or_1(value: str) -> None:
 @pytest.mark.parametrize("value", ["0", "1"])
 def test_check_route_flag_accepts_0_and_1(value: str) -> None:
     assert check_route_flag(v100(env={"VLLM_SM70_AWQ_QWEN38_QPN_M1": value})).status == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "words"),
+    [
+        ("native", None, "route on (VLLM_SM70_AWQ_QWEN38_QPN_M1 unset; the native host's default"),
+        ("patched", None, "route off (VLLM_SM70_AWQ_QWEN38_QPN_M1 unset)"),
+        ("native", "1", "explicit, the host fails closed"),
+        ("native", "0", "route off (VLLM_SM70_AWQ_QWEN38_QPN_M1=0)"),
+    ],
+)
+def test_check_route_flag_says_what_the_value_means_on_this_host(
+    kind: str, value: str | None, words: str
+) -> None:
+    host = HostFacts(found=True, dist_name="revolta", version="0.1.4", kind=kind)  # type: ignore[arg-type]
+    env = {} if value is None else {"VLLM_SM70_AWQ_QWEN38_QPN_M1": value}
+    result = check_route_flag(v100(host=host, env=env))
+    assert result.status == "PASS"
+    assert words in result.reason
