@@ -4,7 +4,6 @@ on there) and about the host's grouped decode route on the same layers."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,8 @@ from qpnserve.cli.server import render_status
 from qpnserve.host_routes import grouped_route_text, route_flag_meaning
 from qpnserve.lifecycle import StatusReport
 from qpnserve.preflight.facts import HostFacts, load_facts_file
-from qpnserve.state import RunningState
 from tests.lifecycle.conftest import FACTS_V100_OK, Env, cli
+from tests.lifecycle.test_route_check import running
 
 GROUPED = "VLLM_SM70_AWQ_QWEN38_GROUPED_QPN"
 
@@ -35,36 +34,11 @@ def test_grouped_route_is_shown_on_native_hosts_only() -> None:
     assert unset is not None and "profile" in unset
 
 
-def _running(kind: str, env: dict[str, str | None]) -> RunningState:
-    return RunningState(
-        phase="ready",
-        pid=1,
-        pgid=1,
-        proc_start_ticks=None,
-        started_at=datetime.now(UTC),
-        argv=["python"],
-        env=env,
-        cwd="/",
-        route_flag="1",
-        include_plugin=True,
-        host_kind=kind,  # type: ignore[arg-type]
-        host_version="0.1.4",
-        model="/m",
-        served_model_name="m",
-        tp=4,
-        host="127.0.0.1",
-        port=8000,
-        server_module="vllm.entrypoints.openai.api_server",
-        log_path="/log",
-        report_dir="/reports",
-    )
-
-
 def test_status_on_native_host_names_explicit_flag_and_grouped_route() -> None:
-    running = _running("native", {config.ROUTE_FLAG.name: "1", GROUPED: "1"})
+    server = running("1", host_kind="native", env={config.ROUTE_FLAG.name: "1", GROUPED: "1"})
     text = render_status(
         StatusReport(
-            state_dir="/s", desired=None, running=running, server="ready", restart_needed=False
+            state_dir="/s", desired=None, running=server, server="ready", restart_needed=False
         )
     )
     assert "route on (VLLM_SM70_AWQ_QWEN38_QPN_M1=1; explicit, the host fails closed" in text
