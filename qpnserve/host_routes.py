@@ -1,5 +1,6 @@
 """What the route flag means on each kind of host, and the host's other routes on the same
-MoE layers: one wording for `check`, `status` and `up --dry-run`. Pure, stdlib only.
+MoE layers: one wording for `check`, `status` and `up --dry-run`. Pure and light
+(imported by `launch`, so `qpnserve --help` never loads more than qpnserve.config).
 
 On a native host (ReVolta 0.1.4, ``vllm/envs.py``) ``VLLM_SM70_AWQ_QWEN38_QPN_M1`` defaults to
 on when unset, and an unsupported layer then falls back silently; an explicit ``1`` fails closed.
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-ROUTE_FLAG_NAME = "VLLM_SM70_AWQ_QWEN38_QPN_M1"
+from qpnserve.config import ROUTE_FLAG
+
+ROUTE_FLAG_NAME = ROUTE_FLAG.name
 GROUPED_FLAG = "VLLM_SM70_AWQ_QWEN38_GROUPED_QPN"
 # (variable, envs.py default, value ReVolta's V100 TP4 AWQ profile sets, what it is)
 GROUPED_ROUTE_VARS = (
