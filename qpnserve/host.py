@@ -2,16 +2,17 @@
 
 Never imports vllm: importing it is slow, may initialise CUDA, and would run the very plugin
 machinery qpnserve hooks into. Everything here reads files (importlib.metadata for the
-distribution, ``ast`` for Python sources, a byte search for the compiled op name).
+distribution, ``ast`` for Python sources, a byte search of the compiled ``_C`` library).
 
-Host kinds (contract section 1):
-- ``native``: ``vllm/envs.py`` knows ``VLLM_SM70_AWQ_QWEN38_QPN_M1`` and the native op name
-  ``awq_moe_qpn_m1_sm70_out`` appears in the installed files (Python sources or the compiled
-  ``_C`` library);
+The kind is decided from what is installed, before (and independently of) the distribution's
+name (contract section 1):
+- ``native``: the compiled ``_C`` library registers the op schema
+  ``awq_moe_qpn_m1_sm70_out(Tensor...``; the name alone in Python text is not enough (a build
+  may mention the op and still lack it). ReVolta 0.1.4 (distribution ``revolta``) is one;
 - ``patched``: ``vllm/model_executor/layers/quantization/awq_sm70_moe.py`` defines
-  ``class AWQSM70MoEMethod`` with a method ``_apply_legacy_single_token_compact`` (the v1.3.0
-  line), which is the hook point of qpnserve's dispatch;
-- ``none``: neither.
+  ``class AWQSM70MoEMethod`` with a method ``_apply_legacy_single_token_compact`` (1Cat-vLLM
+  v1.3.0), the hook point of qpnserve's dispatch;
+- ``none``: neither (upstream vLLM, or an older SM70 build).
 """
 
 from __future__ import annotations
@@ -29,28 +30,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+# The one definition of a host's kind: the facts, the route reports and the state files use it.
 HostKind = Literal["native", "patched", "none"]
-HostDist = Literal["1cat-vllm", "vllm"]
 
 ROUTE_FLAG_NAME = "VLLM_SM70_AWQ_QWEN38_QPN_M1"
 NATIVE_OP_NAME = "awq_moe_qpn_m1_sm70_out"
+# What TORCH_LIBRARY's m.def() leaves in the library: the schema string, arguments included.
+NATIVE_OP_SCHEMA = (NATIVE_OP_NAME + "(Tensor").encode()
 # The hook point of a patched host, relative to the installed ``vllm`` package directory.
 METHOD_MODULE_RELPATH = "model_executor/layers/quantization/awq_sm70_moe.py"
+METHOD_MODULE = "vllm.model_executor.layers.quantization.awq_sm70_moe"
 METHOD_CLASS = "AWQSM70MoEMethod"
 HOOK_METHOD = "_apply_legacy_single_token_compact"
-
-_DIST_NAMES: tuple[HostDist, ...] = ("1cat-vllm", "vllm")
 
 
 @dataclass(frozen=True)
 class HostInfo:
-    dist_name: HostDist  # "vllm" also when no distribution metadata was found
+    dist_name: str  # normalised distribution name ("revolta", "1cat-vllm", "vllm")
     version: str  # "unknown" when neither metadata nor vllm/_version.py tells
     package_dir: Path  # the installed ``vllm`` package directory
     kind: HostKind
     has_route_flag: bool  # envs.py knows VLLM_SM70_AWQ_QWEN38_QPN_M1
-    has_native_op: bool  # awq_moe_qpn_m1_sm70_out appears in the installed files
+    has_native_op: bool  # the compiled _C library registers awq_moe_qpn_m1_sm70_out
     has_hook_method: bool  # AWQSM70MoEMethod._apply_legacy_single_token_compact exists
+    has_sm70_method: bool = False  # class AWQSM70MoEMethod exists at all (an SM70 build)
+
+    @property
+    def label(self) -> str:
+        """ "revolta 0.1.4": how every message names the host."""
+        return f"{self.dist_name} {self.version}"
 
 
 def _normalise_dist_name(name: str) -> str:
@@ -73,25 +81,35 @@ def find_package_dir(search_path: Sequence[str | Path] | None = None) -> Path | 
     return None
 
 
+def _top_level_names(dist: importlib.metadata.Distribution) -> set[str]:
+    # What packages_distributions() reads (top_level.txt, else the first part of each file),
+    # for one distribution, so that a test's search path is honoured too.
+    listed = (dist.read_text("top_level.txt") or "").split()
+    if listed:
+        return set(listed)
+    return {str(f).replace("\\", "/").split("/")[0].removesuffix(".py") for f in dist.files or []}
+
+
 def _dist_for(package_dir: Path, search_path: Sequence[str | Path] | None) -> tuple[str, str]:
-    """(normalised name, version) of the distribution that installed ``package_dir``."""
+    """(normalised name, version) of the distribution that installed the ``vllm`` package:
+    whichever name it has (revolta, 1cat-vllm, vllm); the kind never depends on it."""
     if search_path is None:
         dists = importlib.metadata.distributions()
     else:
         dists = importlib.metadata.distributions(path=[str(p) for p in search_path])
     candidates: list[tuple[int, str, str]] = []
     for dist in dists:
-        name = _normalise_dist_name(dist.metadata["Name"] or "")
-        if name not in _DIST_NAMES:
+        if "vllm" not in _top_level_names(dist):
             continue
         owns = any(
             Path(str(dist.locate_file(f))).resolve().parent == package_dir
             for f in (dist.files or [])
             if str(f).replace("\\", "/").startswith("vllm/__init__.")
         )
-        # Prefer the distribution that owns these files, then the fork over upstream.
-        rank = (0 if owns else 2) + (0 if name == "1cat-vllm" else 1)
-        candidates.append((rank, name, dist.version or "unknown"))
+        # Two distributions may both claim vllm/ (one installed over the other): the one whose
+        # RECORD lists these very files is the one that is imported.
+        name = _normalise_dist_name(dist.metadata["Name"] or "")
+        candidates.append((0 if owns else 1, name, dist.version or "unknown"))
     if candidates:
         _, name, version = min(candidates)
         return name, version
@@ -140,12 +158,9 @@ def _envs_knows_route_flag(package_dir: Path) -> bool:
     return _file_contains(package_dir / "envs.py", ROUTE_FLAG_NAME.encode())
 
 
-def _native_op_present(package_dir: Path) -> bool:
-    needle = NATIVE_OP_NAME.encode()
-    sources = [package_dir / "_custom_ops.py"]
-    sources += sorted((package_dir / "model_executor" / "layers" / "quantization").glob("*.py"))
-    compiled = sorted(package_dir.glob("_C*.so")) + sorted(package_dir.glob("_moe_C*.so"))
-    return any(_file_contains(p, needle) for p in [*sources, *compiled])
+def _native_op_registered(package_dir: Path) -> bool:
+    libraries = sorted(package_dir.glob("_C*.so")) + sorted(package_dir.glob("_moe_C*.so"))
+    return any(_file_contains(p, NATIVE_OP_SCHEMA) for p in libraries)
 
 
 def _find_method(
@@ -207,41 +222,36 @@ def fingerprint(source: str) -> str:
     return "sha256:" + hashlib.sha256(normalised.encode("utf-8")).hexdigest()
 
 
-def classify(package_dir: Path) -> tuple[HostKind, bool, bool, bool]:
-    """(kind, has_route_flag, has_native_op, has_hook_method) of an installed vllm tree."""
-    has_flag = _envs_knows_route_flag(package_dir)
-    has_op = has_flag and _native_op_present(package_dir)
-    has_hook = (
-        method_source(package_dir, METHOD_MODULE_RELPATH, METHOD_CLASS, HOOK_METHOD) is not None
+def classify(package_dir: Path) -> tuple[HostKind, dict[str, bool]]:
+    """The kind of an installed vllm tree, and the file facts it was decided from."""
+    tree = _parse(package_dir / METHOD_MODULE_RELPATH)
+    has_class = tree is not None and any(
+        isinstance(node, ast.ClassDef) and node.name == METHOD_CLASS for node in tree.body
     )
-    kind: HostKind
-    if has_flag and has_op:
+    found = {
+        "has_route_flag": _envs_knows_route_flag(package_dir),
+        "has_native_op": _native_op_registered(package_dir),
+        "has_hook_method": tree is not None
+        and _find_method(tree, METHOD_CLASS, HOOK_METHOD) is not None,
+        "has_sm70_method": has_class,
+    }
+    kind: HostKind = "none"
+    if found["has_native_op"]:
         kind = "native"
-    elif has_hook:
+    elif found["has_hook_method"]:
         kind = "patched"
-    else:
-        kind = "none"
-    return kind, has_flag, has_op, has_hook
+    return kind, found
 
 
 def detect_host(search_path: Sequence[str | Path] | None = None) -> HostInfo | None:
     """The installed vLLM host, or None when no ``vllm`` package is importable.
 
     ``search_path`` replaces sys.path (and the import hooks of editable installs) for both the
-    package and its distribution metadata; tests point it at a fake installed tree.
+    package and its distribution metadata; tests point it at a fake or unpacked installed tree.
     """
     package_dir = find_package_dir(search_path)
     if package_dir is None:
         return None
     name, version = _dist_for(package_dir, search_path)
-    kind, has_flag, has_op, has_hook = classify(package_dir)
-    dist_name: HostDist = "1cat-vllm" if name == "1cat-vllm" else "vllm"
-    return HostInfo(
-        dist_name=dist_name,
-        version=version,
-        package_dir=package_dir,
-        kind=kind,
-        has_route_flag=has_flag,
-        has_native_op=has_op,
-        has_hook_method=has_hook,
-    )
+    kind, found = classify(package_dir)
+    return HostInfo(dist_name=name, version=version, package_dir=package_dir, kind=kind, **found)

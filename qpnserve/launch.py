@@ -17,6 +17,7 @@ from pathlib import Path
 
 from qpnserve import config
 from qpnserve.errors import ServerError, UsageError
+from qpnserve.host_routes import GROUPED_ROUTE_NAMES
 
 DEFAULT_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -144,12 +145,14 @@ def build_env(
     return env
 
 
-# Recorded in the running state and shown by --dry-run: what decides the route and the devices.
+# Recorded in the running state and shown by --dry-run: what decides the route and the devices,
+# and a native host's grouped decode route, which takes the same MoE layers (qpnserve.host_routes).
 RECORDED_ENV = (
     config.ROUTE_FLAG.name,
     config.VLLM_PLUGINS.name,
     config.REPORT_DIR.name,
     "CUDA_VISIBLE_DEVICES",
+    *GROUPED_ROUTE_NAMES,
 )
 
 

@@ -8,8 +8,10 @@ plugin, so every check happens inside register(), where an exception stops the p
 - flag unset or "0": return at once; no extension lookup, no host import, no wrapping;
 - any other value than "0"/"1": DispatchError naming the variable and the accepted values;
 - "1": qpnserve.dispatch.runtime.activate() (host check, manifest drift check, prebuilt
-  extension load, wrapping; or, on a native host, observation only). Re-entrant: a second call
-  in the same process finds the class marker and changes nothing. Never initialises CUDA.
+  extension load, wrapping: fail closed). On a native host only an observer, which never
+  raises: any failure is one warning line and the server goes on with its own route.
+  Re-entrant: a second call in the same process finds the class marker and changes nothing.
+  Never initialises CUDA.
 """
 
 from __future__ import annotations

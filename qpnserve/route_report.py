@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from qpnserve.errors import StateError
 from qpnserve.fsutil import atomic_write_text
+from qpnserve.host import HostKind
 
 SCHEMA_VERSION = 1
-HostKind = Literal["native", "patched", "none"]
 
 
 class LayerDecision(BaseModel):

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 from qpnserve import config
 from qpnserve.errors import ConflictError, StateError
 from qpnserve.fsutil import atomic_write_text
+from qpnserve.host import HostKind
 
 SCHEMA_VERSION = 1
 DESIRED_FILE = "desired.json"
@@ -36,7 +37,6 @@ LOCK_FILE = "state.lock"
 # short enough that a wedged holder is reported instead of hanging forever.
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 
-HostKind = Literal["native", "patched", "none", "unknown"]
 Phase = Literal["starting", "ready", "stopping"]
 
 

@@ -100,6 +100,15 @@ def up(
 
 
 def _print_plan(plan: LaunchPlan, json_out: bool) -> None:
+    from qpnserve.host_routes import grouped_route_text, route_flag_meaning
+    from qpnserve.preflight.facts import host_facts
+
+    host = host_facts()
+    kind = host.kind if host.found else None
+    flag = plan.recorded_env.get(config.ROUTE_FLAG.name)
+    route = route_flag_meaning(flag, kind)
+    grouped = grouped_route_text(plan.recorded_env, kind)
+    label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
     if json_out:
         emit_json(
             {
@@ -108,11 +117,17 @@ def _print_plan(plan: LaunchPlan, json_out: bool) -> None:
                 "cwd": str(plan.cwd),
                 "log_path": str(plan.log_path),
                 "report_dir": str(plan.report_dir),
+                "host": label,
+                "route": route,
+                "grouped_route": grouped,
             }
         )
         return
     message("dry run: nothing was started")
     lines = [f"# environment that decides the route (the rest is inherited), cwd {plan.cwd}"]
+    lines.append(f"# host {label}: route {route}")
+    if grouped:
+        lines.append(f"# {grouped}")
     for name, value in plan.recorded_env.items():
         lines.append(f"{name}={shlex.quote(value)}" if value is not None else f"# {name} unset")
     lines.append(shlex.join(plan.argv))
@@ -153,6 +168,8 @@ def status(json_out: bool = _JSON) -> None:
 
 
 def render_status(report: StatusReport) -> str:
+    from qpnserve.host_routes import grouped_route_text, route_flag_meaning
+
     lines = []
     d, r = report.desired, report.running
     if d is None:
@@ -169,11 +186,13 @@ def render_status(report: StatusReport) -> str:
         since = f"{r.started_at:%Y-%m-%d %H:%M:%S} UTC"
         state = {"gone": "GONE (not running; record is stale)"}.get(report.server, report.server)
         lines.append(f"running:  {state}, pid {r.pid}, since {since}, {r.base_url}")
-        lines.append(
-            f"          route {_on(r.route_flag == '1')} ({config.ROUTE_FLAG.name}="
-            f"{r.route_flag}), plugin {'in' if r.include_plugin else 'out'}, host {r.host_kind}"
-            f" {r.host_version or ''}".rstrip()
-        )
+        plugin = "in" if r.include_plugin else "out"
+        host = f"{r.host_kind} {r.host_version or ''}".rstrip()
+        route = route_flag_meaning(r.route_flag, r.host_kind)
+        lines.append(f"          route {route}, plugin {plugin}, host {host}")
+        grouped = grouped_route_text(r.env, r.host_kind)
+        if grouped:
+            lines.append(f"          {grouped}")
         lines.append(
             f"          patch {r.patch_id or '-'}, build {r.build_key or '-'}, "
             f"server python -m {r.server_module}"

@@ -9,6 +9,7 @@ Modules (read in this order):
     recorder.py  the per-rank route report, rewritten atomically as layers initialise
     wrap.py      the wrappers around the host class, with an idempotency marker
     runtime.py   activate(): host detection, manifest check, extension load, wrapping
+    observe.py   the native host's observer: watches only, every failure a warning
 
 Importing this package stays trivial (no torch, no vllm); everything heavy is imported inside
 functions, after the flag said "1".

@@ -111,15 +111,19 @@ def installed_fingerprints(manifest: PatchManifest, package_dir: Path) -> dict[s
 
 
 def match_validated_build(
-    manifest: PatchManifest, version: str, installed: dict[str, str | None]
+    manifest: PatchManifest,
+    version: str,
+    installed: dict[str, str | None],
+    dist_name: str | None = None,
 ) -> ValidatedBuild:
     """The validated build whose fingerprints the installed source matches, or DispatchError.
 
     The installed version's own entry is compared first; a version not listed is accepted only
-    when its source is identical (every fingerprint) to some validated build.
+    when its source is identical (every fingerprint) to some validated build. ``dist_name`` is
+    the distribution that owns the installed ``vllm`` (messages name it, not the manifest's).
     """
     target = manifest.target
-    where = f"installed {target.distribution} {version}"
+    where = f"installed {dist_name or target.distribution} {version}"
     for name in target.fingerprinted:
         if installed.get(name) is None:
             raise DispatchError(
@@ -159,7 +163,10 @@ def match_validated_build(
 
 
 def verify_installed(
-    package_dir: Path, version: str, manifest: PatchManifest | None = None
+    package_dir: Path,
+    version: str,
+    manifest: PatchManifest | None = None,
+    dist_name: str | None = None,
 ) -> ValidatedBuild:
     """The drift check the plugin runs, for a preflight: reads files only, never imports vllm.
 
@@ -167,4 +174,5 @@ def verify_installed(
     drifted method and the installed version otherwise.
     """
     manifest = manifest or load_manifest()
-    return match_validated_build(manifest, version, installed_fingerprints(manifest, package_dir))
+    installed = installed_fingerprints(manifest, package_dir)
+    return match_validated_build(manifest, version, installed, dist_name)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from qpnserve.config import REPORT_DIR, state_dir
-from qpnserve.route_report import HostKind, LayerDecision, RouteReport, write_report
+from qpnserve.host import HostKind
+from qpnserve.route_report import LayerDecision, RouteReport, write_report
 
 # A child of vLLM's "vllm" logger, so these lines carry vLLM's format and per-process prefix.
 logger = logging.getLogger("vllm.qpnserve_awq_m1")

@@ -22,7 +22,7 @@ from qpnserve.dispatch.manifest import (
     verify_installed,
 )
 from qpnserve.dispatch.recorder import RouteRecorder, report_dir_from_env
-from qpnserve.dispatch.wrap import Operator, applied_mode, install_observer, install_patched
+from qpnserve.dispatch.wrap import Operator, applied_mode, install_patched
 from qpnserve.errors import DispatchError
 
 logger = logging.getLogger("vllm.qpnserve_awq_m1")
@@ -83,42 +83,30 @@ def check_signatures(cls: type, target: Target) -> None:
 
 
 def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activation:
-    """Apply the patch (patched host) or the observer (native host) for route flag "1"."""
+    """Apply the patch (patched host, fail closed) or the observer (native host, which never
+    raises: qpnserve.dispatch.observe) for route flag "1"."""
     if host is None:
         from qpnserve.host import detect_host
 
         host = detect_host()
     if host is None or host.kind == "none":
-        found = "no vllm package" if host is None else f"{host.dist_name} {host.version}"
+        found = "no vllm package" if host is None else host.label
         raise DispatchError(
             f"{ROUTE_FLAG.name}=1 but the installed host ({found}) has neither the native AWQ M1 "
             "route nor the AWQSM70MoEMethod._apply_legacy_single_token_compact hook",
-            hint="install 1Cat-vLLM v1.3.0 (patchable) or a native build, or unset the flag",
+            hint="pip install revolta==0.1.4 (native route) or install the 1Cat-vLLM v1.3.0 "
+            "wheel (patched route), or unset the flag",
         )
+    if host.kind == "native":
+        from qpnserve.dispatch.observe import observe_native
+
+        mode, newly = observe_native(host)
+        return Activation("native", host.version, mode, newly, None, None)
+
     manifest = manifest or load_manifest()
     target = manifest.target
     report_dir = report_dir_from_env()
-
-    if host.kind == "native":
-        # Observation must never block the host's own route: if the class cannot be found,
-        # say so and leave the host alone (no reports then; `qpnserve up` flags that).
-        try:
-            cls = import_host_class(target, host.package_dir)
-        except (DispatchError, ImportError) as exc:
-            logger.warning("qpnserve AWQ M1: cannot observe the native host's route: %s", exc)
-            return Activation("native", host.version, "none", False, None, None)
-        recorder = RouteRecorder(
-            route_flag="1",
-            host_kind="native",
-            host_version=host.version,
-            patch_id=None,
-            build_key=None,
-            report_dir=report_dir,
-        )
-        newly = install_observer(cls, recorder=recorder)
-        return Activation("native", host.version, "observe", newly, None, None)
-
-    build = verify_installed(host.package_dir, host.version, manifest)
+    build = verify_installed(host.package_dir, host.version, manifest, host.dist_name)
     cls = import_host_class(target, host.package_dir)
     if applied_mode(cls) is not None:  # a second register() in this process: nothing to do
         return Activation("patched", host.version, "patched", False, None, None)
@@ -135,11 +123,10 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
     install_patched(cls, op=op, recorder=recorder, patch_id=manifest.id, op_archs=op_archs)
     validated_as = f"{build.distribution} {build.version}"
     logger.info(
-        "qpnserve AWQ M1 dispatch applied to %s.%s (%s %s, validated as %s; extension %s)",
+        "qpnserve AWQ M1 dispatch applied to %s.%s (%s, validated as %s; extension %s)",
         target.module,
         target.class_name,
-        host.dist_name,
-        host.version,
+        host.label,
         validated_as,
         build_key,
     )

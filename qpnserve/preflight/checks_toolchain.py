@@ -4,7 +4,14 @@ host and the environment the server will inherit)."""
 from __future__ import annotations
 
 from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS
+from qpnserve.host_routes import route_flag_meaning
 from qpnserve.preflight.facts import Facts, version_tuple
+from qpnserve.preflight.layer_filters import (
+    LAYER_FILTERS,
+    LayerFilterError,
+    describe_layers,
+    excluded_layers,
+)
 from qpnserve.preflight.report import CheckResult, Status
 from qpnserve.preflight.report import result as _r
 
@@ -17,8 +24,15 @@ INSTALL_TORCH_FIX = (
 INSTALL_NVCC_FIX = (
     "install a CUDA 12.x toolkit (12.8 matches the host's torch) and set CUDA_HOME to it"
 )
+# Both ways to a host with the route: ReVolta carries it natively (Python 3.12 wheel on the
+# registry); a 1Cat-vLLM v1.3.0 wheel is the build qpnserve's dispatch patch was validated on.
 INSTALL_HOST_FIX = (
-    "install a 1Cat-vLLM wheel, v1.3.0 or newer, from github.com/1CatAI/1Cat-vLLM/releases"
+    "native route: pip install revolta==0.1.4 (ReVolta, Python 3.12); patched route: install "
+    "the 1Cat-vLLM v1.3.0 wheel from github.com/1CatAI/1Cat-vLLM/releases"
+)
+VALIDATED_HOST_FIX = (
+    "install a host build listed in patches/awq_m1_dispatch.toml (1Cat-vLLM v1.3.0), "
+    "or pip install revolta==0.1.4 for the native route"
 )
 
 
@@ -95,6 +109,8 @@ def check_nvcc(facts: Facts) -> CheckResult:
 
 
 def check_host(facts: Facts, awq_m1: bool) -> CheckResult:
+    """Kind first, whatever the distribution is called: a native build passes as it is; a
+    patchable one passes when its hooked source matches a validated build."""
     name = "toolchain.host"
     h = facts.host
     if h is None:
@@ -102,23 +118,16 @@ def check_host(facts: Facts, awq_m1: bool) -> CheckResult:
     if not h.found:
         return _r(name, "FAIL", "no vllm package is installed in this Python", INSTALL_HOST_FIX)
     found = f"{h.dist_name} {h.version}" + (f" at {h.package_dir}" if h.package_dir else "")
-    if h.dist_name != "1cat-vllm":
+    if h.kind == "native":
         return _r(
             name,
-            "FAIL",
-            f"{found}: only 1Cat-vLLM has the SM70 AWQ MoE method the route builds on",
-            INSTALL_HOST_FIX,
+            "PASS",
+            f"{found}: native route built in ({ROUTE_FLAG.name} on by default); qpnserve "
+            "checks, proves, measures and rolls it back",
         )
-    if h.kind == "native":
-        return _r(name, "PASS", f"{found}: native build (the route is built in)")
     if h.kind == "patched" and h.patch_error:
         bad: Status = "FAIL" if awq_m1 else "WARN"
-        return _r(
-            name,
-            bad,
-            f"{found}: has the hook, but {h.patch_error}",
-            "install a host build listed in patches/awq_m1_dispatch.toml (1Cat-vLLM v1.3.0)",
-        )
+        return _r(name, bad, f"{found}: has the hook, but {h.patch_error}", VALIDATED_HOST_FIX)
     if h.kind == "patched":
         matches = f"; source matches {h.patch_validated}" if h.patch_validated else ""
         return _r(
@@ -126,11 +135,18 @@ def check_host(facts: Facts, awq_m1: bool) -> CheckResult:
             "PASS",
             f"{found}: patchable (qpnserve supplies the operator and the dispatch){matches}",
         )
+    if not h.has_sm70_method:
+        return _r(
+            name,
+            "FAIL",
+            f"{found}: no SM70 AWQ MoE method (AWQSM70MoEMethod), so neither route can run",
+            INSTALL_HOST_FIX,
+        )
     status: Status = "FAIL" if awq_m1 else "WARN"
     return _r(
         name,
         status,
-        f"{found}: neither native route nor the hook "
+        f"{found}: neither the native route nor the hook "
         "AWQSM70MoEMethod._apply_legacy_single_token_compact",
         INSTALL_HOST_FIX,
     )
@@ -157,13 +173,6 @@ _ROUTE_BREAKERS = (
 )
 
 
-# Per-layer filters of the batched path: layers they exclude keep the host's grouped route.
-_LAYER_FILTERS = (
-    "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST",
-    "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST",
-)
-
-
 def check_host_env(facts: Facts, awq_m1: bool) -> CheckResult:
     name = "toolchain.host_env"
     env = facts.env
@@ -178,6 +187,7 @@ def check_host_env(facts: Facts, awq_m1: bool) -> CheckResult:
             problems.append(f"{var}={env[var]!r} is not an integer (the host fails to start)")
         elif bool(value) == bool(breaking):
             problems.append(f"{var}={env[var]} {why}")
+    problems += _layer_filter_problems(env)
     plugins = env.get(VLLM_PLUGINS.name)
     host_patched = facts.host is not None and facts.host.kind == "patched"
     if awq_m1 and host_patched and plugins is not None and PLUGIN_NAME not in plugins.split(","):
@@ -185,15 +195,23 @@ def check_host_env(facts: Facts, awq_m1: bool) -> CheckResult:
     if problems:
         status: Status = "FAIL" if awq_m1 else "WARN"
         return _r(name, status, "; ".join(problems), "unset these variables (or fix their values)")
-    narrowed = [v for v in _LAYER_FILTERS if v in env]
-    if narrowed:
-        return _r(
-            name,
-            "WARN",
-            f"{', '.join(narrowed)} set: layers outside the batched path do not take the route",
-            "unset them unless you mean to limit the route to some layers",
-        )
     return _r(name, "PASS", "no host variable turns off the path the route needs")
+
+
+def _layer_filter_problems(env: dict[str, str]) -> list[str]:
+    """A layer off the batched path fails the route's init contract (FAIL with the route on,
+    WARN with it off, as for the other variables)."""
+    try:
+        excluded = excluded_layers(env)
+    except LayerFilterError as exc:
+        return [f"{exc} (the host fails to load the model)"]
+    if not excluded:
+        return []
+    setting = ", ".join(f"{v}={env[v]!r}" for v in LAYER_FILTERS if v in env)
+    return [
+        f"{setting} takes MoE layers {describe_layers(excluded)} off the batched path "
+        "(sm70_awq_moe_batched_gemm False), which the route refuses at load"
+    ]
 
 
 def check_route_flag(facts: Facts) -> CheckResult:
@@ -202,14 +220,14 @@ def check_route_flag(facts: Facts) -> CheckResult:
     if env is None:
         return _r(name, "SKIP", "toolchain facts were not probed")
     flag = ROUTE_FLAG.name
-    if flag not in env:
-        return _r(name, "PASS", f"{flag} unset (qpnserve up sets it)")
-    value = env[flag]
-    if value not in ("0", "1"):
+    kind = facts.host.kind if facts.host is not None else None
+    value = env.get(flag)
+    if value is not None and value not in ("0", "1"):
         return _r(
             name,
             "FAIL",
             f"{flag}={value!r}: only exactly '0' or '1' is accepted",
             f"export {flag}=1 (route on) or {flag}=0 (off), or unset it",
         )
-    return _r(name, "PASS", f"{flag}={value}")
+    meaning = route_flag_meaning(value, kind)
+    return _r(name, "PASS", f"route {meaning}; qpnserve up writes it explicitly")

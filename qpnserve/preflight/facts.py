@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from qpnserve.config import FACTS_FILE
 from qpnserve.errors import UsageError
+from qpnserve.host import HostKind
 
 FACTS_SCHEMA_VERSION = 1
-HostKind = Literal["native", "patched", "none"]
 
 
 class GpuDevice(BaseModel):
@@ -60,13 +60,14 @@ class NvccFacts(BaseModel):
 
 class HostFacts(BaseModel):
     found: bool
-    dist_name: str | None = None  # "1cat-vllm" or "vllm"
+    dist_name: str | None = None  # the distribution that owns vllm/: "revolta", "1cat-vllm"
     version: str | None = None
     kind: HostKind = "none"
     package_dir: str | None = None
     has_route_flag: bool = False
     has_native_op: bool = False
     has_hook_method: bool = False
+    has_sm70_method: bool = False  # class AWQSM70MoEMethod exists (an SM70 build at all)
     # Patched hosts only: the validated build whose source the installed hook matches
     # ("1cat-vllm 1.3.0"), or why the dispatch patch would refuse this host.
     patch_validated: str | None = None
@@ -144,6 +145,20 @@ def load_facts_file(path: Path) -> Facts:
             hint="record one with `qpnserve check --json` and keep its `facts` object",
         ) from None
     return facts.model_copy(update={"source": "recorded"})
+
+
+def host_facts(facts_file: Path | None = None) -> HostFacts:
+    """The installed host as `up` will see it: from $QPNSERVE_FACTS_FILE when set (and it
+    records a host), else probed from the installed files."""
+    if facts_file is None and os.environ.get(FACTS_FILE.name):
+        facts_file = Path(os.environ[FACTS_FILE.name])
+    if facts_file is not None:
+        recorded = load_facts_file(facts_file).host
+        if recorded is not None:
+            return recorded
+    from qpnserve.preflight.probes import probe_host
+
+    return probe_host()
 
 
 def gather_facts(

@@ -229,14 +229,14 @@ def probe_nvcc() -> NvccFacts:
     )
 
 
-def _patch_status(package_dir: Path, version: str) -> tuple[str | None, str | None]:
+def _patch_status(package_dir: Path, version: str, dist_name: str) -> tuple[str | None, str | None]:
     """(validated build, None) when the dispatch patch's drift check accepts the installed
     host source, else (None, why): the plugin's own check, run from files before any launch."""
     from qpnserve.dispatch.manifest import verify_installed
     from qpnserve.errors import QpnError
 
     try:
-        build = verify_installed(package_dir, version)
+        build = verify_installed(package_dir, version, dist_name=dist_name)
     except QpnError as exc:
         return None, exc.message
     return f"{build.distribution} {build.version}", None
@@ -250,7 +250,7 @@ def probe_host(search_path: list[str] | None = None) -> HostFacts:
         return HostFacts(found=False)
     validated = error = None
     if host.kind == "patched":
-        validated, error = _patch_status(host.package_dir, host.version)
+        validated, error = _patch_status(host.package_dir, host.version, host.dist_name)
     return HostFacts(
         patch_validated=validated,
         patch_error=error,
@@ -262,4 +262,5 @@ def probe_host(search_path: list[str] | None = None) -> HostFacts:
         has_route_flag=host.has_route_flag,
         has_native_op=host.has_native_op,
         has_hook_method=host.has_hook_method,
+        has_sm70_method=host.has_sm70_method,
     )

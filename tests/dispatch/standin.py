@@ -145,7 +145,10 @@ def write_fake_host(
         (folder / "__init__.py").write_text("")
     (pkg / "envs.py").write_text(NATIVE_ENVS if native else "environment_variables = {}\n")
     if native:
+        from tests.preflight.fake_host import NATIVE_LIBRARY
+
         (pkg / "_custom_ops.py").write_text(NATIVE_OPS)
+        (pkg / "_C.abi3.so").write_bytes(NATIVE_LIBRARY)
     source = STANDIN_SOURCE.replace("NATIVE = False", f"NATIVE = {native}")
     if not with_hook:
         source = source.replace("def _apply_legacy_single_token_compact(", "def _other_route(")

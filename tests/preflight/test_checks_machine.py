@@ -162,17 +162,23 @@ def test_check_nvcc_missing_fails_on_patched_host_skips_on_native() -> None:
         (
             HostFacts(found=True, dist_name="vllm", version="0.11.0", kind="none"),
             "FAIL",
-            "only 1Cat",
+            "vllm 0.11.0: no SM70 AWQ MoE method",
         ),
         (
-            HostFacts(found=True, dist_name="1cat-vllm", version="1.2.0", kind="none"),
+            HostFacts(
+                found=True,
+                dist_name="1cat-vllm",
+                version="1.2.0",
+                kind="none",
+                has_sm70_method=True,
+            ),
             "FAIL",
             "neither",
         ),
         (
-            HostFacts(found=True, dist_name="1cat-vllm", version="1.4", kind="native"),
+            HostFacts(found=True, dist_name="revolta", version="0.1.4", kind="native"),
             "PASS",
-            "native",
+            "revolta 0.1.4: native route built in (VLLM_SM70_AWQ_QWEN38_QPN_M1 on by default)",
         ),
         (
             HostFacts(found=True, dist_name="1cat-vllm", version="1.3.0", kind="patched"),
@@ -188,8 +194,25 @@ def test_check_host_kind(host: HostFacts, status: str, words: str) -> None:
 
 
 def test_check_host_without_route_is_a_warning_when_route_not_wanted() -> None:
-    host = HostFacts(found=True, dist_name="1cat-vllm", version="1.2.0", kind="none")
+    host = HostFacts(
+        found=True, dist_name="1cat-vllm", version="1.2.0", kind="none", has_sm70_method=True
+    )
     assert check_host(v100(host=host), awq_m1=False).status == "WARN"
+
+
+@pytest.mark.parametrize("awq_m1", [True, False])
+def test_check_host_upstream_fails_naming_both_fixes(awq_m1: bool) -> None:
+    host = HostFacts(found=True, dist_name="vllm", version="0.11.0", kind="none")
+    result = check_host(v100(host=host), awq_m1=awq_m1)
+    assert result.status == "FAIL"
+    assert "no SM70 AWQ MoE method" in result.reason
+    assert result.fix is not None
+    assert "revolta==0.1.4" in result.fix and "1Cat-vLLM v1.3.0" in result.fix
+
+
+def test_check_host_native_passes_with_route_off_too() -> None:
+    host = HostFacts(found=True, dist_name="revolta", version="0.1.4", kind="native")
+    assert check_host(v100(host=host), awq_m1=False).status == "PASS"
 
 
 @pytest.mark.parametrize(
@@ -211,11 +234,49 @@ def test_check_host_env_fails_on_variables_that_disable_the_route(
     assert words in result.reason
 
 
-def test_check_host_env_accepts_enabling_values_and_warns_on_layer_filters() -> None:
+def test_check_host_env_accepts_enabling_values() -> None:
     ok = {"VLLM_SM70_AWQ_MOE_BATCHED_GEMM": "1", "VLLM_PLUGINS": "a,qpnserve_awq_m1"}
     assert check_host_env(v100(env=ok), awq_m1=True).status == "PASS"
-    narrowed = {"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": "3,4"}
-    assert check_host_env(v100(env=narrowed), awq_m1=True).status == "WARN"
+
+
+@pytest.mark.parametrize(
+    ("env", "layers"),
+    [
+        ({"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": "3,4"}, "layers 3-4 off"),
+        ({"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST": "0-39"}, "layers 40-47 off"),
+        ({"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST": ""}, "layers 0-47 off"),
+        (
+            {
+                "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST": "0-9, 20",
+                "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": "5",
+            },
+            "layers 5, 10-19, 21-47 off",
+        ),
+    ],
+)
+def test_check_host_env_layer_filter_fails_with_route_on_naming_layers(
+    env: dict[str, str], layers: str
+) -> None:
+    on = check_host_env(v100(env=env), awq_m1=True)
+    assert on.status == "FAIL"
+    assert layers in on.reason
+    assert check_host_env(v100(env=env), awq_m1=False).status == "WARN"
+
+
+def test_check_host_env_layer_filter_that_keeps_every_layer_passes() -> None:
+    env = {
+        "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST": "0-63",
+        "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": "48",
+    }
+    assert check_host_env(v100(env=env), awq_m1=True).status == "PASS"
+
+
+@pytest.mark.parametrize("value", ["x", "3-1", "-2", "1,,a"])
+def test_check_host_env_unparsable_layer_filter_is_a_load_failure(value: str) -> None:
+    env = {"VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST": value}
+    result = check_host_env(v100(env=env), awq_m1=True)
+    assert result.status == "FAIL"
+    assert "fails to load the model" in result.reason
 
 
 @pytest.mark.parametrize("value", ["", "2", "true", "-1", " 1", "1 "])
@@ -228,3 +289,22 @@ def test_check_route_flag_rejects_anything_but_0_or_1(value: str) -> None:
 @pytest.mark.parametrize("value", ["0", "1"])
 def test_check_route_flag_accepts_0_and_1(value: str) -> None:
     assert check_route_flag(v100(env={"VLLM_SM70_AWQ_QWEN38_QPN_M1": value})).status == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "words"),
+    [
+        ("native", None, "route on (VLLM_SM70_AWQ_QWEN38_QPN_M1 unset; the native host's default"),
+        ("patched", None, "route off (VLLM_SM70_AWQ_QWEN38_QPN_M1 unset)"),
+        ("native", "1", "explicit, the host fails closed"),
+        ("native", "0", "route off (VLLM_SM70_AWQ_QWEN38_QPN_M1=0)"),
+    ],
+)
+def test_check_route_flag_says_what_the_value_means_on_this_host(
+    kind: str, value: str | None, words: str
+) -> None:
+    host = HostFacts(found=True, dist_name="revolta", version="0.1.4", kind=kind)  # type: ignore[arg-type]
+    env = {} if value is None else {"VLLM_SM70_AWQ_QWEN38_QPN_M1": value}
+    result = check_route_flag(v100(host=host, env=env))
+    assert result.status == "PASS"
+    assert words in result.reason

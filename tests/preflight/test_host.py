@@ -90,3 +90,38 @@ def test_fingerprint_ignores_indent_and_trailing_space_but_not_code() -> None:
     assert fingerprint(base) == fingerprint("def f(self):   \n    return 1")
     assert fingerprint(base).startswith("sha256:")
     assert fingerprint(base) != fingerprint("def f(self):\n    return 2\n")
+
+
+def test_detect_host_op_name_in_python_only_is_not_native(tmp_path: Path) -> None:
+    pkg = make_fake_host(tmp_path, kind="native")
+    (pkg / "_C.abi3.so").write_bytes(b"\x7fELF awq_moe_qpn_m1_sm70_out\x00")  # name, no schema
+    host = detect_host([tmp_path])
+    assert host is not None
+    assert not host.has_native_op and host.kind == "patched"
+
+
+def test_detect_host_decides_native_whatever_the_distribution_is_called(tmp_path: Path) -> None:
+    make_fake_host(tmp_path, dist_name="revolta", version="0.1.4", kind="native")
+    host = detect_host([tmp_path])
+    assert host is not None
+    assert (host.label, host.kind) == ("revolta 0.1.4", "native")
+
+
+def test_detect_host_upstream_has_no_sm70_method(tmp_path: Path) -> None:
+    make_fake_host(tmp_path, dist_name="vllm", version="0.11.0", kind="upstream")
+    host = detect_host([tmp_path])
+    assert host is not None
+    assert (host.kind, host.has_sm70_method) == ("none", False)
+
+
+def test_detect_host_prefers_the_distribution_whose_record_lists_the_files(
+    tmp_path: Path,
+) -> None:
+    make_fake_host(tmp_path, dist_name="revolta", version="0.1.4", kind="native")
+    stale = tmp_path / "vllm-0.11.0.dist-info"  # another distribution that claims vllm/
+    stale.mkdir()
+    (stale / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.11.0\n")
+    (stale / "top_level.txt").write_text("vllm\n")
+    host = detect_host([tmp_path])
+    assert host is not None
+    assert host.label == "revolta 0.1.4"
