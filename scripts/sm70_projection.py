@@ -124,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         f"launch gap per graph node {gap:.2f} us ({how}; {inside} the published V100 range "
         f"{low}-{high} us), loaded DRAM latency {args.latency_us} us"
     )
-    if args.json:
-        print(json.dumps(results, indent=2, default=lambda o: o.to_json()))
-    else:
-        print(gap_line)
-        for p in results:
-            print("\n".join(render(p)))
+    if args.json:  # stdout is the JSON alone; the summary goes to stderr
+        data = {"launch_gap_us": gap, "launch_gap_fitted": fitted, "formats": results}
+        print(json.dumps(data, indent=2, default=lambda o: o.to_json()))
+        print("\n".join(summary(p) for p in results), file=sys.stderr)
+        return 0
+    print(gap_line)
+    for p in results:
+        print("\n".join(render(p)))
     for p in results:
         print(summary(p))  # the 4-byte line last
     return 0
