@@ -35,6 +35,8 @@ CLOCK_MHZ = 1380.0  # V100-PCIe boost clock [assumed]
 DRAM_LATENCY_US = 0.6  # loaded DRAM latency [assumed, notes 2.x Little's-law estimates]
 L2_LATENCY_CLK = 193  # L2 hit latency on GV100 (Jia et al. 2018, "Dissecting Volta", sec. 3.2)
 DEPENDENT_ISSUE_CLK = 4  # Volta ALU dependent-issue latency, cycles (Jia et al. 2018, ch. 4)
+HANDOFF_L2_TRIPS = 2  # a grid-wide hand-off: h (or a tag) stored to L2, then polled back
+HANDOFF_SPREAD_US = 0.5  # first to last CTA reaching the hand-off [assumed]
 # Graph kernel node -> kernel node on a V100 (no PDL): not published for this probe. Published
 # V100 bounds: ~5.2 us per graph iteration of a small kernel, gap and kernel together (gunrock
 # issue 438, GV100, CUDA 10.0); ~3 us per null-kernel launch (NVIDIA developer forum). The
@@ -54,6 +56,7 @@ class Kernel:
     dram_bytes: int  # bytes this kernel's threads load from DRAM per call
     dram_params: tuple[int, ...]  # kernel parameters (pointer slots) whose loads go to DRAM
     prefetch_bytes: int = 0  # DRAM bytes it moves into L2 without holding registers
+    handoffs: int = 0  # grid-wide hand-offs inside the kernel (a single-launch design: 1)
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ def project_node(
     issue_excess = max(0.0, issue - stream)
     prologue = us(s.prologue_l2_trips * L2_LATENCY_CLK, clock_mhz)
     epilogue = us(s.epilogue_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
+    epilogue += k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + HANDOFF_SPREAD_US)
     limiter = "bandwidth" if bandwidth_bound else "latency rounds"
     if waves > 1:
         limiter += f", {waves} waves"
@@ -165,8 +169,8 @@ class SingleLaunchDesign:
     dram_bytes_in_flight: int = 128  # per thread: 8 x 16-byte loads issued before first use
     prologue_l2_trips: int = 1  # ids, then every weight address is known
     epilogue_instructions: int = 150  # W2 combine of one CTA's columns after the hand-off
-    handoff_l2_trips: int = 2  # h stored to L2, the tag polled back
-    handoff_spread_us: float = 0.5  # first to last CTA finishing W13 [assumed]
+    handoff_l2_trips: int = HANDOFF_L2_TRIPS
+    handoff_spread_us: float = HANDOFF_SPREAD_US
 
 
 def project_single_launch(

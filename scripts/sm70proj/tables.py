@@ -1,8 +1,10 @@
 """The kernels the projection times: ONE table for ours, one for the host's.
 
-Point OUR_KERNELS at a new sm_70 design at merge time: (label, name expression, CTAs, DRAM
+Point our_kernels() at a new sm_70 design at merge time: (label, name expression, CTAs, DRAM
 bytes the kernel streams, which MoeArgs pointers are DRAM streams). Threads come from the
-kernel's __launch_bounds__; registers, loads in flight and the rest from its SASS.
+kernel's __launch_bounds__; registers, loads in flight and the rest from its SASS. A single
+launch of 80 co-resident CTAs is one Kernel with the whole 7.68 MB, DRAM parameters
+W13_DRAM + W2_DRAM and handoffs=1 (the grid-wide h hand-off's cost is added to its node).
 """
 
 from __future__ import annotations

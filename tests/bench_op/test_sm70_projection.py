@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,19 @@ def test_model_is_latency_bound_with_few_bytes_in_flight() -> None:
     slow = _kernel(56, 4)
     assert slow.limiter == "latency rounds"
     assert slow.stream_us == pytest.approx(25 * 0.6)
+
+
+def test_a_single_launch_kernel_pays_its_hand_off() -> None:
+    s = model.SassStats(96, 0, 900, 128, 375, 1, 150)
+    k = model.Kernel("one", "one", 80, 256, 7_680_000, (3, 4, 5, 6))
+    plain = model.project_node(k, s, 0.6, 3.0)
+    fused = model.project_node(replace(k, handoffs=1), s, 0.6, 3.0)
+    assert plain.ctas_per_sm == 1 and plain.limiter == "bandwidth"
+    handoff = 2 * 193 / 1380 + 0.5
+    assert fused.total_us - plain.total_us == pytest.approx(handoff)
+    # The same SASS facts as the analytic design give the analytic design's time.
+    design = model.project_single_launch(model.SingleLaunchDesign(), 7_680_000, 0.6, 3.0)
+    assert fused.total_us == pytest.approx(design.total_us)
 
 
 def test_floor_is_the_bytes_at_the_ceiling_plus_one_latency_and_one_gap() -> None:
