@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from qpnserve.benchop import hostop
 from qpnserve.benchop.report import DeviceFacts
 from qpnserve.benchop.runner import BenchOps
 from qpnserve.config import GIT_COMMIT
@@ -183,8 +184,12 @@ def cuda_ops(
 
         notes.append(f"op path pinned to {op_path} (awq_moe_m1_out_path, path={path})")
     timer = GraphTimer()
+    host_op, host_note = hostop.find_host_op()
+    if host_op is None:
+        notes.append(host_note)  # found: its row in the table says so
     return BenchOps(
         op=op,
+        host_op=host_op,
         notes=notes,
         floor=ns.read_floor_m1,
         derive=ns.derive_input_m1,

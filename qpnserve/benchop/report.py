@@ -79,6 +79,7 @@ class Ratios(BaseModel):
     floor_copy_fraction: float
     torch_route_to_op: float  # how many times slower the plain PyTorch route is
     dense_fp16_to_op: float
+    host_op_to_op: float | None = None  # the host's own op / ours, net (None: not timed)
 
 
 class EmptyRoutes(BaseModel):
@@ -105,6 +106,7 @@ class BenchOpReport(BaseModel):
     floor_variants: list[FloorVariant]
     torch_route: ContenderResult
     dense_fp16: ContenderResult
+    host_op: ContenderResult | None = None  # a native host's own op; None: absent or not timed
     ratios: Ratios
     empty_routes: EmptyRoutes | None = None
     device: DeviceFacts
@@ -177,6 +179,7 @@ def ratios(
     floor: ContenderResult,
     torch_route: ContenderResult,
     dense: ContenderResult,
+    host_op: ContenderResult | None = None,
 ) -> Ratios:
     return Ratios(
         op_to_floor=op.net_us / floor.net_us,
@@ -185,6 +188,7 @@ def ratios(
         floor_copy_fraction=floor.copy_fraction,
         torch_route_to_op=torch_route.net_us / op.net_us,
         dense_fp16_to_op=dense.net_us / op.net_us,
+        host_op_to_op=host_op.net_us / op.net_us if host_op is not None else None,
     )
 
 
@@ -220,7 +224,8 @@ def render_table(report: BenchOpReport) -> str:
         f"{'contender':<12} {'layer us':>9} {'net us':>8} {'p10-p90 us':>13} {'GB/s':>7} "
         f"{'of copy':>8}",
     ]
-    for c in (report.op, report.floor, report.torch_route, report.dense_fp16):
+    contenders = [report.op, report.floor, report.torch_route, report.dense_fp16]
+    for c in contenders + ([report.host_op] if report.host_op is not None else []):
         lines.append(
             f"{c.name:<12} {c.layer.median_us:9.2f} {c.net_us:8.2f} "
             f"{c.layer.p10_us:6.2f}-{c.layer.p90_us:<6.2f} {c.effective_gb_s:7.0f} "
@@ -230,6 +235,7 @@ def render_table(report: BenchOpReport) -> str:
     lines.append(
         f"op/floor {r.op_to_floor:.3f} (gross {r.op_to_floor_gross:.3f}; target <= 1.15); "
         f"torch route {r.torch_route_to_op:.1f}x op; dense fp16 {r.dense_fp16_to_op:.2f}x op"
+        + (f"; host op {r.host_op_to_op:.2f}x op" if r.host_op_to_op is not None else "")
     )
     best = ", ".join(
         f"L{v.loads_per_thread}{'+pdl' if v.pdl else ''}{'+pf256' if v.cache_hint else ''} "

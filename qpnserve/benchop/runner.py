@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from qpnserve.benchop import hostop
 from qpnserve.benchop import report as rpt
 from qpnserve.benchop.banks import LayerBanks, make_layer
 from qpnserve.benchop.checks import (
@@ -85,6 +86,7 @@ class BenchOps:
     facts: Callable[[], rpt.DeviceFacts]
     pdl_supported: bool = False
     notes: list[str] = field(default_factory=list)
+    host_op: Callable[..., None] | None = None  # a native host's own op (hostop.find_host_op)
 
 
 def _states(
@@ -179,6 +181,11 @@ def run_bench(
     floor_empty_run = floor_contender(ops.floor, empty_floor)
     verify_floor(floor_empty_states, ops.derive, floor_empty_run)
 
+    host_run, host_note = None, None
+    if ops.host_op is not None:
+        log("checking the host's own op against the FP64 reference on every layer")
+        host_run, host_note = hostop.prepare(ops.host_op, _states(layers, device), ops.derive)
+
     torch_states = _states(layers, device)
     verified_torch = verify_routes("torch route", torch_states, ops.derive, torch_route, False)
     dense_states = _states(layers, device)
@@ -200,6 +207,8 @@ def run_bench(
             recorders[f"floor:{v.label}"] = record_chain(floor_states, ops.derive, run)
     recorders["op_empty"] = record_chain(op_empty_states, ops.derive, op_run)
     recorders["floor_empty"] = record_chain(floor_empty_states, ops.derive, floor_empty_run)
+    if host_run is not None:
+        recorders["host_op"] = host_run.record
     samples: dict[str, list[float]] = {name: [] for name in recorders}
     for _round in range(cfg.rounds):
         for name, record in recorders.items():
@@ -230,6 +239,8 @@ def run_bench(
     reuse = l2_reuse_note(cfg.layers, rb.per_call, facts.l2_mib)
     if reuse:
         notes.append(reuse)
+    if host_note:
+        notes.append(host_note)
     derive_us = rpt.spread(samples["derive"]).median_us
     result = _results(
         variants,
@@ -243,6 +254,12 @@ def run_bench(
         verified_dense,
     )
     op_res, floor_res, torch_res, dense_res, floor_variants = result
+    host_res = None
+    if host_run is not None:
+        host_res = rpt.contender_result(
+            "host_op", hostop.WHAT, samples["host_op"], derive_us, rb.per_call, rb.per_call,
+            copy_gb_s, host_run.verified,
+        )  # fmt: skip
     return rpt.BenchOpReport(
         format=cfg.fmt,
         layers=cfg.layers,
@@ -258,7 +275,8 @@ def run_bench(
         floor_variants=floor_variants,
         torch_route=torch_res,
         dense_fp16=dense_res,
-        ratios=rpt.ratios(op_res, floor_res, torch_res, dense_res),
+        host_op=host_res,
+        ratios=rpt.ratios(op_res, floor_res, torch_res, dense_res, host_res),
         empty_routes=rpt.EmptyRoutes(
             op_net_us=rpt.spread(samples["op_empty"]).median_us - derive_us,
             floor_net_us=rpt.spread(samples["floor_empty"]).median_us - derive_us,

@@ -1,36 +1,55 @@
-"""Pure parts of scripts/sm70_projection.py: SASS classification, loads in flight, occupancy."""
+"""scripts/sm70proj: SASS reading, the V100 model's arithmetic, and the host's real kernels."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sm70_projection.py"
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from sm70proj import builds, model, sass, tables  # noqa: E402  (after the path setup above)
+
+# A made-up listing in cuobjdump's layout: ids (parameter 3) first, then a weight word
+# (parameter 1) whose address derives from the id, a metadata word (parameter 2), an epilogue.
+LISTING = """
+        Function : _Z6kernelPKjS0_S0_PKi
+        /*0000*/                   IMAD.MOV.U32 R3, RZ, RZ, 0x4 ;          /* 0x000 */
+        /*0010*/                   IMAD.WIDE R2, R0, R3, c[0x0][0x178] ;   /* 0x000 */
+        /*0020*/                   LDG.E.CONSTANT.SYS R50, [R2] ;          /* 0x000 */
+        /*0030*/                   ISETP.GT.U32.AND P0, PT, R50, 0x1ff, PT ;
+        /*0040*/                   IMAD.WIDE R8, R50, 0x100, RZ ;
+        /*0050*/                   LEA R4, P1, R8, c[0x0][0x168], 0x2 ;
+        /*0060*/                   LDG.E.EF.SYS R33, [R4] ;
+        /*0070*/                   IMAD.WIDE R6, R50, R3, c[0x0][0x170] ;
+        /*0080*/                   @!P0 LDG.E.128.SYS R12, [R6] ;
+        /*0090*/                   LOP3.LUT R22, R33, 0xf000f, RZ, 0xc0, !PT ;
+        /*00a0*/                   HADD2 R20, R22, R13 ;
+        /*00b0*/                   STG.E.SYS [R2], R20 ;
+        /*00c0*/                   EXIT ;
+"""
 
 
 @pytest.fixture(scope="module")
-def proj():
-    spec = importlib.util.spec_from_file_location("sm70_projection", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+def instrs() -> list[str]:
+    listing = sass.parse_listing(LISTING)
+    assert list(listing) == ["_Z6kernelPKjS0_S0_PKi"]
+    return listing["_Z6kernelPKjS0_S0_PKi"]
 
 
-def test_projection_classifies_predicated_sass(proj) -> None:
-    assert proj.opcode("@!P0 LDG.E.128.SYS R4, [R2]") == "LDG.E.128.SYS"
-    assert proj.kind_of("@!P0 LDG.E.128.SYS R4, [R2]") == "load_global"
-    assert proj.kind_of("HMMA.884.F32.F32.STEP0 R8, R20.ROW, R22.COL, R8") == "hmma"
-    assert proj.kind_of("LOP3.LUT R5, R4, 0xf000f, RZ, 0xc0, !PT") == "lop3"
-    assert proj.kind_of("F2F.F16.F32 R3, R2") == "conversion"
+def test_sass_classifies_predicated_instructions() -> None:
+    assert sass.opcode("@!P0 LDG.E.128.SYS R4, [R2]") == "LDG.E.128.SYS"
+    assert sass.kind_of("@!P0 LDG.E.128.SYS R4, [R2]") == "load_global"
+    assert sass.kind_of("HMMA.884.F32.F32.STEP0 R8, R20.ROW, R22.COL, R8") == "hmma"
+    assert sass.kind_of("F2F.F16.F32 R3, R2") == "conversion"
 
 
-def test_projection_counts_loads_outstanding_until_first_use(proj) -> None:
-    sass = [
+def test_sass_counts_loads_outstanding_until_first_use() -> None:
+    listing = [
         "LDG.E.128.SYS R4, [R2]",
         "LDG.E.128.SYS R8, [R2+0x10]",
         "LDG.E.SYS R12, [R2+0x20]",
@@ -38,27 +57,114 @@ def test_projection_counts_loads_outstanding_until_first_use(proj) -> None:
         "LOP3.LUT R20, R5, 0xf, RZ, 0xc0, !PT",  # first use of the first load
         "LDG.E.128.SYS R24, [R2+0x30]",
     ]
-    assert proj.max_loads_in_flight(sass) == (3, 36)
+    assert sass.max_loads_in_flight(listing) == (3, 36)
 
 
-def test_projection_v100_occupancy_is_register_limited(proj) -> None:
-    # 92 registers x 512 threads: 96 x 32 = 3072 registers per warp, 21 warps fit, 16 per CTA.
-    assert proj.occupancy(92, 512, 13312) == (1, 16)
-    # 40 registers x 256 threads: 51 warps by registers -> 6 CTAs of 8 warps.
-    assert proj.occupancy(40, 256, 0) == (6, 48)
+def test_sass_traces_each_load_to_the_parameter_its_address_comes_from(instrs) -> None:
+    # The id load reads parameter 3; the weight address mixes the id with parameter 1, and the
+    # parameter named in the instruction itself wins.
+    assert sass.load_params(instrs) == [3, 1, 2]
 
 
-def test_floor_device_code_compiles_for_sm70_without_spills(proj, tmp_path) -> None:
+def test_sass_counts_dram_loads_only_when_asked(instrs) -> None:
+    assert sass.loads_in_flight(instrs, {1, 2}) == (2, 20)
+    assert sass.loads_in_flight(instrs, None) == (2, 20)  # the id was used before
+    assert sass.listed_bytes(instrs, {1, 2}) == 20
+    assert sass.prologue_trips(instrs, {1, 2}) == 1  # the id, before the first DRAM load
+    assert sass.epilogue_length(instrs, {1, 2}) == 4  # LOP3, HADD2, STG, EXIT
+
+
+def test_res_usage_parses_registers_shared_and_local() -> None:
+    text = (
+        " Function _Z1kv:\n"
+        "  REG:56 STACK:0 SHARED:2048 LOCAL:0 CONSTANT[0]:392 TEXTURE:0 SURFACE:0\n"
+    )
+    assert builds.parse_res_usage(text) == {"_Z1kv": (56, 2048, 0)}
+
+
+def test_v100_occupancy_is_register_limited() -> None:
+    # 56 registers x 512 threads: 1792 per warp, 28,672 per CTA: two fit in 65,536.
+    assert model.occupancy(56, 512, 2048) == (2, 32)
+    # 66 registers round up to 2304 per warp: one 512-thread CTA per SM.
+    assert model.occupancy(66, 512, 2048) == (1, 16)
+
+
+def _kernel(regs: int, in_flight: int) -> model.NodeTerms:
+    k = model.Kernel("k", "k", 100, 512, 5_120_000, (1, 2))
+    s = model.SassStats(regs, 2048, 600, in_flight, 100, 1, 100)  # the listing runs once
+    return model.project_node(k, s, latency_us=0.6, launch_gap_us=0.0)
+
+
+def test_model_runs_a_second_wave_when_the_grid_does_not_fit() -> None:
+    one, two = _kernel(56, 12), _kernel(66, 12)
+    assert one.limiter.startswith("bandwidth") and "waves" not in one.limiter
+    assert two.limiter == "latency rounds, 2 waves"
+    # 80 CTAs stream 80% of the bytes at the ceiling, then the last 20 repeat the whole chain
+    # of latency rounds alone (100 B per thread / 12 B in flight).
+    assert two.stream_us == pytest.approx(0.6 + 0.8 * 5.12 / 0.85 + 100 / 12 * 0.6)
+
+
+def test_model_is_latency_bound_with_few_bytes_in_flight() -> None:
+    slow = _kernel(56, 4)
+    assert slow.limiter == "latency rounds"
+    assert slow.stream_us == pytest.approx(25 * 0.6)
+
+
+def test_a_single_launch_kernel_pays_its_hand_off() -> None:
+    s = model.SassStats(96, 0, 900, 128, 375, 1, 150)
+    k = model.Kernel("one", "one", 80, 256, 7_680_000, (3, 4, 5, 6))
+    plain = model.project_node(k, s, 0.6, 3.0)
+    fused = model.project_node(replace(k, handoffs=1), s, 0.6, 3.0)
+    assert plain.ctas_per_sm == 1 and plain.limiter == "bandwidth"
+    handoff = 2 * 193 / 1380 + 0.5
+    assert fused.total_us - plain.total_us == pytest.approx(handoff)
+    # The same SASS facts as the analytic design give the analytic design's time.
+    design = model.project_single_launch(model.SingleLaunchDesign(), 7_680_000, 0.6, 3.0)
+    assert fused.total_us == pytest.approx(design.total_us)
+
+
+def test_floor_is_the_bytes_at_the_ceiling_plus_one_latency_and_one_gap() -> None:
+    floor = model.floor_node(8_500_000, latency_us=0.5, launch_gap_us=2.0)
+    assert floor.total_us == pytest.approx(2.0 + 0.5 + 10.0)
+
+
+def test_launch_gap_fit_shares_one_cost_per_node() -> None:
+    assert model.fit_launch_gap([10.0, 12.0], [18.0, 22.0], nodes=2) == pytest.approx(4.5)
+
+
+def test_single_launch_design_pays_one_gap_and_a_hand_off() -> None:
+    d = model.project_single_launch(model.SingleLaunchDesign(), 7_680_000, 0.6, 3.0)
+    floor = model.floor_node(7_680_000, 0.6, 3.0)
+    assert d.launch_gap_us == 3.0 and d.total_us > floor.total_us
+    assert d.total_us - floor.total_us == pytest.approx(d.prologue_us + d.epilogue_us)
+
+
+def test_floor_device_code_compiles_for_sm70_without_spills(tmp_path) -> None:
     from qpnserve.kernels import sm70_gate
 
     variants = [(n, p) for n in (2, 16) for p in ("false", "true")]
     exprs = [f"qpnserve_floor::read_floor_m1_kernel<{n}, {p}>" for n, p in variants]
     exprs.append("qpnserve_floor::derive_input_m1_kernel")
-    ptx, lowered = proj.nvrtc_ptx(proj.ROOT / "csrc" / "bench_floor.cu", exprs, [])
+    source = ROOT / "csrc" / "bench_floor.cu"
+    ptx, lowered = sm70_gate.nvrtc_compile(source.read_bytes(), source.name, exprs, "70", [])
     assert "ld.global.cs.v4.u32" in ptx
     assert "griddepcontrol" not in ptx  # PDL is compiled out below sm_90
-    _, log = proj.ptxas(ptx, tmp_path, "floor")
+    _, log = builds.ptxas(ptx, tmp_path, "floor")
     reports = {m: sm70_gate.KernelReport(e, m, True) for e, m in lowered.items()}
     sm70_gate.parse_ptxas(log, reports)
     for report in reports.values():
         assert report.registers > 0 and report.clean and report.stack_bytes == 0, report
+
+
+@pytest.mark.slow
+def test_host_wheel_kernels_are_the_calibration_kernels(tmp_path) -> None:
+    """Fetches the ReVolta 0.1.4 and triton 3.3.1 wheels (cached per user) and reads the SASS."""
+    if os.environ.get("QPNSERVE_NO_NETWORK") == "1":
+        pytest.skip("QPNSERVE_NO_NETWORK=1: the wheels cannot be fetched")
+    kernels = tables.host_kernels("4byte")
+    found = builds.host_binaries([k.symbol for k in kernels], tmp_path)
+    w13 = found[kernels[0].symbol]
+    kinds = sass.count_kinds(w13.instrs)
+    assert (len(w13.instrs), kinds["hmma"], w13.registers) == (600, 80, 56)
+    stats = builds.stats(w13, kernels[0].dram_params)
+    assert stats.dram_bytes_in_flight == 12  # two weight words and one metadata record

@@ -1,0 +1,57 @@
+"""The kernels the projection times: ONE table for ours, one for the host's.
+
+Point our_kernels() at a new sm_70 design at merge time: (label, name expression, CTAs, DRAM
+bytes the kernel streams, which MoeArgs pointers are DRAM streams). Threads come from the
+kernel's __launch_bounds__; registers, loads in flight and the rest from its SASS. A single
+launch of 80 co-resident CTAs is one Kernel with the whole 7.68 MB, DRAM parameters
+W13_DRAM + W2_DRAM and handoffs=1 (the grid-wide h hand-off's cost is added to its node).
+"""
+
+from __future__ import annotations
+
+from qpnserve.benchop.route_bytes import TOP_K, route_bytes
+
+from .model import Kernel
+
+# MoeArgs pointer slots (csrc/awq_moe_m1_common.cuh): out 0, intermediate 1, x 2, w13 3, s13 4,
+# w2 5, s2 6, ids 7, weights 8. The host kernels take plain pointers: W13 (x, w, s, ids, h) and
+# W2 (h, w, s, ids, weights, out); their DRAM streams are parameters 1 and 2.
+W13_DRAM, W2_DRAM = (3, 4), (5, 6)
+HOST_DRAM = (1, 2)
+
+
+def _w13(fmt: str) -> int:
+    r = route_bytes(fmt)  # type: ignore[arg-type]
+    return TOP_K * (r.w13_weight + r.w13_meta)
+
+
+def _w2(fmt: str) -> int:
+    r = route_bytes(fmt)  # type: ignore[arg-type]
+    return TOP_K * (r.w2_weight + r.w2_meta)
+
+
+def our_kernels(fmt: str) -> list[Kernel]:
+    """Today's sm_70 path: two kernels; A also prefetches W2 into L2 (counted as A's bytes,
+    since 7.68 MB pass through the 6 MB L2 before B runs, B is assumed to re-read W2)."""
+    meta3 = "true" if fmt == "3byte" else "false"
+    return [
+        Kernel("w13_swiglu (A)", f"qpn::w13_swiglu_kernel<{meta3}, true>", 100, 0,
+               _w13(fmt), W13_DRAM, prefetch_bytes=_w2(fmt)),
+        Kernel("w2_combine (B)", f"qpn::w2_combine_kernel<{meta3}, true>", 80, 0,
+               _w2(fmt), W2_DRAM),
+    ]  # fmt: skip
+
+
+# The host's kernels (namespace of awq_qpn_m1_sm70.cu in ReVolta 0.1.4's _C.abi3.so). Template
+# 2 is the 4-byte form (W13: 600 instructions, 80 HMMA); the scalar 3-byte reader is 3 (byte
+# loads of the metadata in both kernels); W13 template 1 is the cooperative 3-byte reader.
+HOST_TEMPLATE = {"4byte": 2, "3byte": 3}
+HOST_MEASURED_US = {"4byte": 20.62, "3byte": 21.53}
+
+
+def host_kernels(fmt: str) -> list[Kernel]:
+    t = HOST_TEMPLATE[fmt]
+    return [
+        Kernel("host W13 (10,10)", f"shared_qpn_w13_kernelILi{t}E", 100, 512, _w13(fmt), HOST_DRAM),
+        Kernel("host W2 80", f"shared_qpn_w2_reduce_kernelILi{t}E", 80, 320, _w2(fmt), HOST_DRAM),
+    ]
