@@ -69,7 +69,7 @@ def sources_digest() -> str:
 
 
 def _torch_versions() -> tuple[str, str | None]:
-    import torch
+    torch = toolchain.require_torch()
 
     return str(torch.__version__), torch.version.cuda
 
@@ -145,7 +145,7 @@ def build(
             "refusing to compile the operator inside a process that has imported vLLM",
             hint="run `qpnserve build` before starting the server",
         )
-    import torch
+    torch = toolchain.require_torch()
     from torch.utils import cpp_extension
 
     torch_version, torch_cuda = str(torch.__version__), torch.version.cuda
