@@ -155,7 +155,8 @@ def build(
         if not archs:
             raise BuildError(
                 "no CUDA GPU is visible to pick the arch list from",
-                hint="pass --arch 7.0 (V100) to build without a GPU",
+                hint=f"pass --arch 7.0 (V100) to `qpnserve build`, or set "
+                f"{config.BUILD_ARCH.name}=7.0 (read by `build` and by `up`)",
             )
         refusal = toolchain.toolkit_refusal(
             archs, toolchain.nvcc_version(cpp_extension.CUDA_HOME), torch_cuda

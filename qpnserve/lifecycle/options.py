@@ -125,12 +125,17 @@ def _environ(overlay: dict[str, str]) -> Iterator[None]:
 
 
 def prepare_extension_stage(host: HostSummary, progress: Progress) -> str:
-    """Build the operator for the visible GPUs, or reuse the cached build with the same key;
+    """Build the operator for $QPNSERVE_BUILD_ARCH (else the visible GPUs), or reuse the cached
+    build with the same key;
     the plugin in every worker loads that build (it never compiles)."""
     from qpnserve.kernels.build import build
 
-    progress("extension: building or reusing the AWQ M1 operator for the visible GPUs")
-    result = build(progress=progress)
+    arch = os.environ.get(config.BUILD_ARCH.name) or None
+    progress(
+        "extension: building or reusing the AWQ M1 operator for "
+        + (f"{config.BUILD_ARCH.name}={arch}" if arch else "the visible GPUs")
+    )
+    result = build(arch_list=arch, progress=progress)
     progress(f"extension: {'reused' if result.reused else 'built'} {result.build_key}")
     return result.build_key
 
