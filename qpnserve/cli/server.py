@@ -48,7 +48,12 @@ def up(
     stop_timeout_s: float = typer.Option(
         60.0, "--stop-timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
     ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print command and env; start nothing."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Run up's checks (state, conflicts, preflight; not the build), print command and "
+        "env, start nothing; exit as up would.",
+    ),
     server_module: str = typer.Option(
         DEFAULT_SERVER_MODULE,
         "--server-module",
@@ -92,7 +97,10 @@ def up(
             f"route: {'on' if route_on else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
         )
     if dry_run:
-        _print_plan(lifecycle.plan_launch(opts, root), json_out)
+        checked = lifecycle.dry_run(opts, progress=message)
+        _print_plan(checked.plan, json_out)
+        if checked.error is not None:
+            raise checked.error
         return
     running = lifecycle.up(opts, progress=message)
     if json_out:
