@@ -32,4 +32,7 @@ def dry_run(
         say("extension: not built in a dry run (`qpnserve build` builds it)")
     except QpnError as exc:
         error = exc
-    return DryRun(plan_launch(opts, config.state_dir()), error)
+    plan = plan_launch(opts, config.state_dir())
+    for line in plan.replaced:
+        say(line)
+    return DryRun(plan, error)

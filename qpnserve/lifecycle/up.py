@@ -68,6 +68,8 @@ def up(
         stages.prepare_extension(host, say) if opts.awq_m1 and host.kind == "patched" else None
     )
     plan = plan_launch(opts, root)
+    for line in plan.replaced:
+        say(line)
     with locked(root):
         check_conflicts(root, opts, say)
         for stale in plan.report_dir.glob("route-rank*.json"):

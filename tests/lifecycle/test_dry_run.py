@@ -49,3 +49,25 @@ def test_dry_run_of_a_healthy_setup_exits_0_and_writes_no_record(env: Env) -> No
     assert result.exit_code == 0, result.stderr
     assert "preflight: checking" in result.stderr
     assert not env.server_json.exists() and not (env.state / "desired.json").exists()
+
+
+@pytest.mark.parametrize("route", ["--awq-m1", "--no-awq-m1"])
+def test_up_says_so_when_it_replaces_the_users_route_flag(
+    env: Env, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    monkeypatch.setenv(config.ROUTE_FLAG.name, "2")
+    result = cli("up", route, "--dry-run")
+    flag = "1" if route == "--awq-m1" else "0"
+    assert f"{config.ROUTE_FLAG.name}={flag}" in result.stdout.splitlines()
+    said = [ln for ln in result.stderr.splitlines() if f"{config.ROUTE_FLAG.name}=2" in ln]
+    assert len(said) == 1, result.stderr
+    assert f"replaced by {flag}" in said[0]
+
+
+def test_up_says_nothing_when_the_users_route_flag_already_matches(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(config.ROUTE_FLAG.name, "1")
+    result = cli("up", "--awq-m1", "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "replaced" not in result.stderr
