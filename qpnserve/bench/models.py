@@ -90,7 +90,7 @@ class Window(BaseModel):
 
     start_s: float  # relative to the wave's first send
     end_s: float
-    tokens: float  # tokens that arrived in (start_s, end_s]
+    tokens: float  # tokens in (start_s, end_s], interpolated between arrivals (summarize.py)
 
     @property
     def length_s(self) -> float:

@@ -9,9 +9,12 @@ Definitions (contract section 6):
 - decode window of one wave of C concurrent requests: (max first-token time, min last-token
   time]; only there is every request of the wave decoding, so prefill (before) and the
   draining tail (after) cannot leak into the figure. Pure aggregate decode tok/s = tokens
-  arriving inside the window / window length. A token exactly at the start belongs to the
-  prefill side, one exactly at the end to the window (half-open interval), so a steady stream
-  with interval d contributes exactly window/d tokens.
+  inside the window / window length. Each stream's tokens inside are its cumulative token
+  count at the end minus at the start, both read off the count interpolated linearly between
+  consecutive arrivals: a steady stream with interval d contributes exactly window/d tokens
+  whatever its phase, and the other streams' tokens of the decode step that ends the window,
+  which arrive a moment after the first finish, are not lost (counting whole arrivals inside
+  the window dropped about one token per stream at C > 1).
 - output tok/s: every token of the wave / (first send to last finish): what a user sees,
   prefill and tails included.
 """
@@ -64,12 +67,22 @@ def wave_window(wave: Sequence[StreamRecord]) -> Window | None:
     end_s = min(r.chunk_times_s[-1] for r in wave)
     if end_s <= start_s:
         return None
-    tokens = 0.0
-    for record in wave:
-        for time_s, count in zip(record.chunk_times_s, record.chunk_tokens, strict=True):
-            if start_s < time_s <= end_s:
-                tokens += count
+    tokens = sum(_tokens_by(r, end_s) - _tokens_by(r, start_s) for r in wave)
     return Window(start_s=start_s - origin_s, end_s=end_s - origin_s, tokens=tokens)
+
+
+def _tokens_by(record: StreamRecord, time_s: float) -> float:
+    """The stream's cumulative token count at ``time_s`` (within its first..last arrival),
+    interpolated linearly from one arrival to the next."""
+    times, counts = record.chunk_times_s, record.chunk_tokens
+    cumulative = float(counts[0])
+    for k in range(1, len(times)):
+        if time_s <= times[k]:
+            span_s = times[k] - times[k - 1]
+            fraction = (time_s - times[k - 1]) / span_s if span_s > 0 else 1.0
+            return cumulative + counts[k] * max(0.0, fraction)
+        cumulative += counts[k]
+    return cumulative
 
 
 def _wave_duration_s(wave: Sequence[StreamRecord]) -> float:

@@ -7,8 +7,7 @@ also holds the client's own cost of sending the request and the server's of pars
 ms for the fourth of four requests sent together on an idle 2-core VM, up to ~150 ms with both
 cores busy with other work), so it is checked one-sided: never earlier than scheduled (-5 ms
 for clock granularity), at most TTFT_OVERHEAD_MS later. Token counts inside the window are
-exact: the timing puts every token of one stream at least 62 ms away from the window's edges
-set by the others, more than the jitter.
+interpolated between arrivals (summarize.py), so jitter moves them by a fraction of a token.
 """
 
 from __future__ import annotations
@@ -66,7 +65,7 @@ def test_smoke_figures_equal_the_servers_controlled_timing() -> None:
     # C1: TTFT = delay; every ITL = interval; window = first..last token; pure = 1 / interval.
     assert_ttft(c1.median_ttft_ms, delay_s)
     assert c1.median_itl_ms == pytest.approx(interval_s * 1e3, abs=LATENCY_TOL_MS)
-    assert c1.window_tokens == num_tokens - 1
+    assert c1.window_tokens == pytest.approx(num_tokens - 1)
     assert c1.window_s == pytest.approx((num_tokens - 1) * interval_s, abs=LATENCY_TOL_MS / 1e3)
     assert c1.pure_decode_tok_s == pytest.approx(1 / interval_s, rel=RATE_TOL)
 
@@ -78,7 +77,8 @@ def test_smoke_figures_equal_the_servers_controlled_timing() -> None:
     assert c4.median_itl_ms == pytest.approx(interval_s * 1e3, abs=LATENCY_TOL_MS)
     expected_window_s = (num_tokens - 1) * interval_s - 3 * step_s
     assert c4.window_s == pytest.approx(expected_window_s, abs=LATENCY_TOL_MS / 1e3)
-    assert c4.window_tokens == (num_tokens - 1) + 3 * (num_tokens - 2)
+    # Tokens are counted between arrivals (summarize.py), so timer jitter makes them fractional.
+    assert c4.window_tokens == pytest.approx((num_tokens - 1) + 3 * (num_tokens - 2), abs=0.5)
     assert c4.pure_decode_tok_s == pytest.approx(4 / interval_s, rel=RATE_TOL)
     assert c4.total_output_tokens == 4 * num_tokens
     assert outcome.report.server.version == "fake-test-server"
