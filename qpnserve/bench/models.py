@@ -114,6 +114,7 @@ class CellResult(BaseModel):
     p90_itl_ms: float | None
     mean_decode_tok_s_per_request: float | None
     windows: list[Window | None]
+    window_note: str | None = None  # why there is no pure figure (a wave without a window)
     per_request: list[RequestResult]
 
 

@@ -58,15 +58,33 @@ def request_result(record: StreamRecord, wave: int) -> RequestResult:
 
 
 def wave_window(wave: Sequence[StreamRecord]) -> Window | None:
-    """The wave's decode window, or None when it has none (a broken or empty stream, or the
-    first request finished before the last one started decoding)."""
-    if not wave or any(r.error or not r.chunk_times_s for r in wave):
-        return None
+    """The wave's decode window, or None when it has none (no_window_reason says why)."""
+    window = _window_or_reason(wave)
+    return window if isinstance(window, Window) else None
+
+
+def no_window_reason(wave: Sequence[StreamRecord]) -> str | None:
+    """Why the wave has no decode window (None when it has one)."""
+    window = _window_or_reason(wave)
+    return window if isinstance(window, str) else None
+
+
+def _window_or_reason(wave: Sequence[StreamRecord]) -> Window | str:
+    if not wave:
+        return "the wave sent no request"
+    if any(r.error for r in wave):
+        return "a request of the wave failed"
+    if any(not r.chunk_times_s for r in wave):
+        return "a request of the wave received no token"
     origin_s = min(r.sent_at_s for r in wave)
     start_s = max(r.chunk_times_s[0] for r in wave)
     end_s = min(r.chunk_times_s[-1] for r in wave)
     if end_s <= start_s:
-        return None
+        return (
+            f"a request finished at {end_s - origin_s:.2f} s, before the last one's first "
+            f"token at {start_s - origin_s:.2f} s, so no moment had every request decoding "
+            "(more --output-tokens widens the overlap)"
+        )
     tokens = sum(_tokens_by(r, end_s) - _tokens_by(r, start_s) for r in wave)
     return Window(start_s=start_s - origin_s, end_s=end_s - origin_s, tokens=tokens)
 
@@ -94,6 +112,11 @@ def summarize_cell(concurrency: int, waves: Sequence[Sequence[StreamRecord]]) ->
     per_request = [request_result(r, i) for i, wave in enumerate(waves) for r in wave]
     records = [r for wave in waves for r in wave]
     windows = [wave_window(wave) for wave in waves]
+    reasons = [
+        f"wave {i + 1}: {why}" if len(waves) > 1 else why
+        for i, wave in enumerate(waves)
+        if (why := no_window_reason(wave))
+    ]
     scored = [w for w in windows if w is not None]
     # The pure figure needs every wave's window: a missing one would bias the average.
     complete = bool(waves) and len(scored) == len(windows)
@@ -124,6 +147,7 @@ def summarize_cell(concurrency: int, waves: Sequence[Sequence[StreamRecord]]) ->
         p90_itl_ms=percentile(itls, 90),
         mean_decode_tok_s_per_request=sum(rates) / len(rates) if rates else None,
         windows=windows,
+        window_note=reasons[0] if reasons else None,
         per_request=per_request,
     )
 

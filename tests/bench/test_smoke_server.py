@@ -168,3 +168,17 @@ def test_bad_concurrency_is_a_usage_error() -> None:
     result = runner.invoke(app, ["bench", "smoke", "--concurrency", "1,x"])
     assert result.exit_code == int(ExitCode.USAGE)
     assert "comma-separated list of integers" in result.stderr
+
+
+def test_smoke_table_says_why_a_cell_has_no_pure_figure() -> None:
+    # The second request's first token comes 0.5 s after the first request finished.
+    config = FakeServerConfig(
+        first_token_delay_s=0.05, first_token_step_s=0.5, inter_token_interval_s=0.02
+    )
+    with run_fake_server(config) as url:
+        result = invoke_smoke(url, "--concurrency", "2", "--output-tokens", "3")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["cells"][0]["pure_decode_tok_s"] is None
+    said = [ln for ln in result.stderr.splitlines() if ln.startswith("C2: no decode window")]
+    assert len(said) == 1, result.stderr
+    assert "finished at" in said[0]
