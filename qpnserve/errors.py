@@ -44,6 +44,10 @@ class UsageError(QpnError):
 class PreflightError(QpnError):
     exit_code = ExitCode.FAILED
 
+    def __init__(self, message: str, hint: str | None = None, report: object = None) -> None:
+        super().__init__(message, hint)
+        self.report = report  # the preflight report (`up --json` prints it), when one ran
+
 
 class BuildError(QpnError):
     exit_code = ExitCode.BUILD

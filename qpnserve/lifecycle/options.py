@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -88,9 +89,14 @@ def run_preflight_stage(opts: UpOptions, progress: Progress) -> HostSummary:
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        check = ["qpnserve", "check", "--model", str(opts.model)]
+        check += ["--tp", str(opts.tp)] if opts.tp != 4 else []
+        check += [] if opts.awq_m1 else ["--no-awq-m1"]
+        every = f"all {len(failed)} FAILs" if len(failed) > 1 else "the full report"
         raise PreflightError(
             f"preflight failed: {first.name}: {first.reason}{more}",
-            hint=first.fix or "run `qpnserve check` for the full report",
+            hint=f"{first.fix + '; ' if first.fix else ''}{every}: `{shlex.join(check)}`",
+            report=report,
         )
     host = report.facts.host
     if host is None or not host.found:

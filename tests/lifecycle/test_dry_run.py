@@ -71,3 +71,17 @@ def test_up_says_nothing_when_the_users_route_flag_already_matches(
     result = cli("up", "--awq-m1", "--dry-run")
     assert result.exit_code == 0, result.stderr
     assert "replaced" not in result.stderr
+
+
+def test_up_json_failing_preflight_prints_the_report_and_points_at_check(
+    env: Env, tmp_path: Path
+) -> None:
+    bad = write_checkpoint(tmp_path / "g128", "group-128", NUM_LAYERS)
+    result = cli("up", "--detach", "--json", "--model", str(bad))
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)  # the same document as `qpnserve check --json`
+    failed = [c["name"] for c in report["results"] if c["status"] == "FAIL"]
+    assert len(failed) >= 2
+    assert "(and 1 more" in result.stderr or f"(and {len(failed) - 1} more" in result.stderr
+    hint = next(ln for ln in result.stderr.splitlines() if ln.startswith("hint: "))
+    assert f"qpnserve check --model {bad}" in hint
