@@ -34,7 +34,9 @@ REPORT_DIR = EnvVar(
 )
 BUILD_DIR = EnvVar("QPNSERVE_BUILD_DIR", "cache directory of compiled operator extensions")
 # Build scripts for a GPU-less builder pin the target once (7.0 for V100).
-BUILD_ARCH = EnvVar("QPNSERVE_BUILD_ARCH", "default --arch of `qpnserve build` (e.g. 7.0)")
+BUILD_ARCH = EnvVar(
+    "QPNSERVE_BUILD_ARCH", "default --arch of `qpnserve build`, also read by `up` (e.g. 7.0)"
+)
 MODEL = EnvVar("QPNSERVE_MODEL", "default --model (checkpoint directory)")
 TP = EnvVar("QPNSERVE_TP", "default --tp (tensor-parallel size)")
 # Recorded facts instead of probing: for reviewing a recorded host offline, and for tests.

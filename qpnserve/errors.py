@@ -10,17 +10,47 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Documented exit codes of every qpnserve command (README, "Exit codes")."""
+    """Exit codes of every qpnserve command; EXIT_CODE_MEANINGS says what each means."""
 
     OK = 0
-    FAILED = 1  # a check failed or a stage could not complete
-    USAGE = 2  # bad command line or bad input value
-    BUILD = 3  # the operator extension could not be built or loaded
-    CONFLICT = 4  # a server is already running / the port is taken / the state is locked
-    SERVER = 5  # the server died, never became ready, or did not admit the route
-    STATE = 6  # the state directory or one of its files is corrupt or unwritable
-    CANARY = 7  # a benchmark's output failed the correctness canary
-    INTERRUPTED = 130  # Ctrl-C
+    FAILED = 1
+    USAGE = 2
+    BUILD = 3
+    CONFLICT = 4
+    SERVER = 5
+    STATE = 6
+    CANARY = 7
+    INTERRUPTED = 130
+
+
+# The one definition: every command's --help epilog and README's "Exit codes" table (a test
+# holds it to this) are rendered from it.
+EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success",
+    ExitCode.FAILED: "a check failed, or a stage could not complete",
+    ExitCode.USAGE: "usage: a bad option or input value",
+    ExitCode.BUILD: "the operator extension could not be built or loaded",
+    ExitCode.CONFLICT: "conflict: a server is already running, the port is taken, or the state "
+    "is locked",
+    ExitCode.SERVER: "the server died, never became ready, or did not admit the route",
+    ExitCode.STATE: "the state directory or one of its files is corrupt or unwritable",
+    ExitCode.CANARY: "a benchmark's output failed the correctness canary",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+
+def exit_codes_markdown() -> str:
+    """README's "Exit codes" table."""
+    rows = ["| code | meaning |", "| --- | --- |"]
+    rows += [f"| {int(code)} | {meaning} |" for code, meaning in EXIT_CODE_MEANINGS.items()]
+    return "\n".join(rows)
+
+
+def exit_codes_epilog() -> str:
+    """The --help epilog; click keeps a paragraph that starts with \\b unwrapped."""
+    lines = ["\b", "Exit codes:"]
+    lines += [f"  {int(code):>3}  {meaning}" for code, meaning in EXIT_CODE_MEANINGS.items()]
+    return "\n".join(lines)
 
 
 class QpnError(Exception):
@@ -43,6 +73,10 @@ class UsageError(QpnError):
 
 class PreflightError(QpnError):
     exit_code = ExitCode.FAILED
+
+    def __init__(self, message: str, hint: str | None = None, report: object = None) -> None:
+        super().__init__(message, hint)
+        self.report = report  # the preflight report (`up --json` prints it), when one ran
 
 
 class BuildError(QpnError):

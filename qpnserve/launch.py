@@ -145,6 +145,22 @@ def build_env(
     return env
 
 
+# The variables `up` sets whatever the caller's environment says, and why.
+_OWNED_ENV = {
+    config.ROUTE_FLAG.name: "--awq-m1/--no-awq-m1 decide the route",
+    config.REPORT_DIR.name: "up reads the route reports there",
+}
+
+
+def replaced_env(base_env: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+    """One line per variable the user set that the server gets with another value."""
+    return [
+        f"note: {name}={base_env[name]} in your environment is replaced by {env[name]} ({why})"
+        for name, why in _OWNED_ENV.items()
+        if name in base_env and base_env[name] != env.get(name)
+    ]
+
+
 # Recorded in the running state and shown by --dry-run: what decides the route and the devices,
 # and a native host's grouped decode route, which takes the same MoE layers (qpnserve.host_routes).
 RECORDED_ENV = (

@@ -90,7 +90,7 @@ class Window(BaseModel):
 
     start_s: float  # relative to the wave's first send
     end_s: float
-    tokens: float  # tokens that arrived in (start_s, end_s]
+    tokens: float  # tokens in (start_s, end_s], interpolated between arrivals (summarize.py)
 
     @property
     def length_s(self) -> float:
@@ -114,6 +114,7 @@ class CellResult(BaseModel):
     p90_itl_ms: float | None
     mean_decode_tok_s_per_request: float | None
     windows: list[Window | None]
+    window_note: str | None = None  # why there is no pure figure (a wave without a window)
     per_request: list[RequestResult]
 
 

@@ -59,6 +59,11 @@ def smoke_table(report: BenchReport) -> str:
         "pure tok/s = tokens inside the window where every request of the cell is decoding "
         "(after the last first token, up to the first finish) / window length"
     )
+    lines += [
+        f"C{c.concurrency}: no decode window, so no pure tok/s: {c.window_note}"
+        for c in report.cells
+        if c.pure_decode_tok_s is None and c.window_note
+    ]
     verdict = "passed" if report.canary.passed else "FAILED"
     lines.append(f"canary {verdict} ({report.canary.checked_streams} streams checked)")
     lines += [f"  {failure}" for failure in report.canary.failures]

@@ -9,9 +9,12 @@ Definitions (contract section 6):
 - decode window of one wave of C concurrent requests: (max first-token time, min last-token
   time]; only there is every request of the wave decoding, so prefill (before) and the
   draining tail (after) cannot leak into the figure. Pure aggregate decode tok/s = tokens
-  arriving inside the window / window length. A token exactly at the start belongs to the
-  prefill side, one exactly at the end to the window (half-open interval), so a steady stream
-  with interval d contributes exactly window/d tokens.
+  inside the window / window length. Each stream's tokens inside are its cumulative token
+  count at the end minus at the start, both read off the count interpolated linearly between
+  consecutive arrivals: a steady stream with interval d contributes exactly window/d tokens
+  whatever its phase, and the other streams' tokens of the decode step that ends the window,
+  which arrive a moment after the first finish, are not lost (counting whole arrivals inside
+  the window dropped about one token per stream at C > 1).
 - output tok/s: every token of the wave / (first send to last finish): what a user sees,
   prefill and tails included.
 """
@@ -55,21 +58,49 @@ def request_result(record: StreamRecord, wave: int) -> RequestResult:
 
 
 def wave_window(wave: Sequence[StreamRecord]) -> Window | None:
-    """The wave's decode window, or None when it has none (a broken or empty stream, or the
-    first request finished before the last one started decoding)."""
-    if not wave or any(r.error or not r.chunk_times_s for r in wave):
-        return None
+    """The wave's decode window, or None when it has none (no_window_reason says why)."""
+    window = _window_or_reason(wave)
+    return window if isinstance(window, Window) else None
+
+
+def no_window_reason(wave: Sequence[StreamRecord]) -> str | None:
+    """Why the wave has no decode window (None when it has one)."""
+    window = _window_or_reason(wave)
+    return window if isinstance(window, str) else None
+
+
+def _window_or_reason(wave: Sequence[StreamRecord]) -> Window | str:
+    if not wave:
+        return "the wave sent no request"
+    if any(r.error for r in wave):
+        return "a request of the wave failed"
+    if any(not r.chunk_times_s for r in wave):
+        return "a request of the wave received no token"
     origin_s = min(r.sent_at_s for r in wave)
     start_s = max(r.chunk_times_s[0] for r in wave)
     end_s = min(r.chunk_times_s[-1] for r in wave)
     if end_s <= start_s:
-        return None
-    tokens = 0.0
-    for record in wave:
-        for time_s, count in zip(record.chunk_times_s, record.chunk_tokens, strict=True):
-            if start_s < time_s <= end_s:
-                tokens += count
+        return (
+            f"a request finished at {end_s - origin_s:.2f} s, before the last one's first "
+            f"token at {start_s - origin_s:.2f} s, so no moment had every request decoding "
+            "(more --output-tokens widens the overlap)"
+        )
+    tokens = sum(_tokens_by(r, end_s) - _tokens_by(r, start_s) for r in wave)
     return Window(start_s=start_s - origin_s, end_s=end_s - origin_s, tokens=tokens)
+
+
+def _tokens_by(record: StreamRecord, time_s: float) -> float:
+    """The stream's cumulative token count at ``time_s`` (within its first..last arrival),
+    interpolated linearly from one arrival to the next."""
+    times, counts = record.chunk_times_s, record.chunk_tokens
+    cumulative = float(counts[0])
+    for k in range(1, len(times)):
+        if time_s <= times[k]:
+            span_s = times[k] - times[k - 1]
+            fraction = (time_s - times[k - 1]) / span_s if span_s > 0 else 1.0
+            return cumulative + counts[k] * max(0.0, fraction)
+        cumulative += counts[k]
+    return cumulative
 
 
 def _wave_duration_s(wave: Sequence[StreamRecord]) -> float:
@@ -81,6 +112,11 @@ def summarize_cell(concurrency: int, waves: Sequence[Sequence[StreamRecord]]) ->
     per_request = [request_result(r, i) for i, wave in enumerate(waves) for r in wave]
     records = [r for wave in waves for r in wave]
     windows = [wave_window(wave) for wave in waves]
+    reasons = [
+        f"wave {i + 1}: {why}" if len(waves) > 1 else why
+        for i, wave in enumerate(waves)
+        if (why := no_window_reason(wave))
+    ]
     scored = [w for w in windows if w is not None]
     # The pure figure needs every wave's window: a missing one would bias the average.
     complete = bool(waves) and len(scored) == len(windows)
@@ -111,6 +147,7 @@ def summarize_cell(concurrency: int, waves: Sequence[Sequence[StreamRecord]]) ->
         p90_itl_ms=percentile(itls, 90),
         mean_decode_tok_s_per_request=sum(rates) / len(rates) if rates else None,
         windows=windows,
+        window_note=reasons[0] if reasons else None,
         per_request=per_request,
     )
 

@@ -6,8 +6,23 @@ Command modules keep heavy imports (pydantic models, torch, httpx) inside the co
 
 from __future__ import annotations
 
+import typer
+
 from qpnserve.cli import bench, bench_op, build, check, fixture, server  # noqa: F401  (registers commands)
 from qpnserve.cli.app import app
+from qpnserve.errors import exit_codes_epilog
+
+
+def _add_exit_codes(typer_app: typer.Typer) -> None:
+    """Every command's --help ends with the exit codes (one definition: errors.py)."""
+    for command in typer_app.registered_commands:
+        command.epilog = command.epilog or exit_codes_epilog()
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _add_exit_codes(group.typer_instance)
+
+
+_add_exit_codes(app)
 
 
 def main() -> None:

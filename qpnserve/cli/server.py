@@ -48,7 +48,12 @@ def up(
     stop_timeout_s: float = typer.Option(
         60.0, "--stop-timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
     ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print command and env; start nothing."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Run up's checks (state, conflicts, preflight; not the build), print command and "
+        "env, start nothing; exit as up would.",
+    ),
     server_module: str = typer.Option(
         DEFAULT_SERVER_MODULE,
         "--server-module",
@@ -60,7 +65,7 @@ def up(
     """Preflight, build or load the extension, start the server, prove it serves (and that every
     rank admitted every MoE layer with the route on), record it. Foreground unless --detach."""
     from qpnserve import lifecycle
-    from qpnserve.errors import UsageError
+    from qpnserve.errors import PreflightError, UsageError
     from qpnserve.state import read_desired
 
     root = config.state_dir()
@@ -92,9 +97,17 @@ def up(
             f"route: {'on' if route_on else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
         )
     if dry_run:
-        _print_plan(lifecycle.plan_launch(opts, root), json_out)
+        checked = lifecycle.dry_run(opts, progress=message)
+        _print_plan(checked.plan, json_out)
+        if checked.error is not None:
+            raise checked.error
         return
-    running = lifecycle.up(opts, progress=message)
+    try:
+        running = lifecycle.up(opts, progress=message)
+    except PreflightError as exc:
+        if json_out and exc.report is not None:
+            emit_json(exc.report)  # the document `qpnserve check --json` prints
+        raise
     if json_out:
         emit_json(running)
 
@@ -176,10 +189,11 @@ def render_status(report: StatusReport) -> str:
         lines.append("desired:  nothing recorded (no `qpnserve up` yet)")
     else:
         plugin = "" if d.include_plugin else ", plugin left out"
-        where = f"{d.host}:{d.port}"
-        lines.append(
-            f"desired:  route {_on(d.awq_m1)}{plugin}; {d.model or '?'}, TP {d.tp}, {where}"
-        )
+        if d.model is None:  # `rollback` before any `up`: only the route was chosen
+            what = "no model recorded yet (`qpnserve up --model PATH` records one)"
+        else:
+            what = f"{d.model}, TP {d.tp}, {d.host}:{d.port}"
+        lines.append(f"desired:  route {_on(d.awq_m1)}{plugin}; {what}")
     if r is None:
         lines.append("running:  no server")
     else:

@@ -69,7 +69,7 @@ def sources_digest() -> str:
 
 
 def _torch_versions() -> tuple[str, str | None]:
-    import torch
+    torch = toolchain.require_torch()
 
     return str(torch.__version__), torch.version.cuda
 
@@ -145,7 +145,7 @@ def build(
             "refusing to compile the operator inside a process that has imported vLLM",
             hint="run `qpnserve build` before starting the server",
         )
-    import torch
+    torch = toolchain.require_torch()
     from torch.utils import cpp_extension
 
     torch_version, torch_cuda = str(torch.__version__), torch.version.cuda
@@ -155,7 +155,8 @@ def build(
         if not archs:
             raise BuildError(
                 "no CUDA GPU is visible to pick the arch list from",
-                hint="pass --arch 7.0 (V100) to build without a GPU",
+                hint=f"pass --arch 7.0 (V100) to `qpnserve build`, or set "
+                f"{config.BUILD_ARCH.name}=7.0 (read by `build` and by `up`)",
             )
         refusal = toolchain.toolkit_refusal(
             archs, toolchain.nvcc_version(cpp_extension.CUDA_HOME), torch_cuda

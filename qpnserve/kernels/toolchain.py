@@ -10,6 +10,7 @@ import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from qpnserve.errors import BuildError, UsageError
 
@@ -81,6 +82,19 @@ def toolkit_refusal(
                 "as 1Cat-vLLM uses (CUDA 12.8, torch 2.10.0+cu128)",
             )
     return None
+
+
+def require_torch() -> ModuleType:
+    """The installed torch, or a BuildError: the operator builds against the host's torch,
+    and `qpnserve check` runs where that torch may not be installed yet."""
+    try:
+        import torch
+    except ImportError:
+        raise BuildError(
+            "torch is not installed in this Python, so the operator cannot be built",
+            hint="run qpnserve with the host's Python (1Cat-vLLM brings torch 2.10.0+cu128)",
+        ) from None
+    return torch
 
 
 def torch_has_arch(arch: str) -> bool | None:

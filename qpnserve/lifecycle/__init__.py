@@ -6,6 +6,8 @@ through a callback (default: stderr); they never print data.
 - ``up(opts: UpOptions, progress=None, stages=None) -> RunningState``: detached, returns once
   ready; foreground, returns after `qpnserve down` stopped the server (KeyboardInterrupt after
   stopping the group on Ctrl-C/SIGTERM; ServerError if the server exits on its own).
+- ``dry_run(opts, progress=None, stages=None) -> DryRun``: `up`'s checks before the start and
+  its plan; the error `up` would stop with is returned, not raised.
 - ``down(timeout_s=60.0, progress=None) -> DownResult``
 - ``status(probe_timeout_s=2.0) -> StatusReport``
 - ``rollback(restart=False, unpatch=False, stop_timeout_s=60.0, up_timeout_s=1800.0,
@@ -36,11 +38,13 @@ from qpnserve.lifecycle.options import (
     stderr_progress,
 )
 from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
+from qpnserve.lifecycle.preview import DryRun, dry_run
 from qpnserve.lifecycle.rollback import RollbackResult, rollback
 from qpnserve.lifecycle.up import up
 
 __all__ = [
     "DownResult",
+    "DryRun",
     "HostSummary",
     "LaunchPlan",
     "Progress",
@@ -50,6 +54,7 @@ __all__ = [
     "UpOptions",
     "default_stages",
     "down",
+    "dry_run",
     "plan_launch",
     "restart_command",
     "restart_decision",

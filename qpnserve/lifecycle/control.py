@@ -60,9 +60,14 @@ def down(timeout_s: float = 60.0, progress: Progress | None = None) -> DownResul
     members = group_members(running.pgid)
     if members:
         say(f"stopping the server: SIGTERM to process group {running.pgid} (pids {members})")
-    outcome = stop_group(running.pgid, timeout_s, progress=say)
-    with locked(root):
-        clear_running(root, running.pid)
+    try:
+        outcome = stop_group(running.pgid, timeout_s, progress=say)
+    finally:
+        # The record follows what happened, also when Ctrl-C cut the grace period short
+        # (stop_group kills the group, then re-raises): cleared once nothing of it is left.
+        if not group_members(running.pgid) and not is_alive(running.pid, running.proc_start_ticks):
+            with locked(root):
+                clear_running(root, running.pid)
     if outcome.had_members:
         forced = f"; SIGKILL for {outcome.killed}" if outcome.forced else ""
         say(f"stopped: no process of group {running.pgid} is left{forced}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -88,9 +89,14 @@ def run_preflight_stage(opts: UpOptions, progress: Progress) -> HostSummary:
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        check = ["qpnserve", "check", "--model", str(opts.model)]
+        check += ["--tp", str(opts.tp)] if opts.tp != 4 else []
+        check += [] if opts.awq_m1 else ["--no-awq-m1"]
+        every = f"all {len(failed)} FAILs" if len(failed) > 1 else "the full report"
         raise PreflightError(
             f"preflight failed: {first.name}: {first.reason}{more}",
-            hint=first.fix or "run `qpnserve check` for the full report",
+            hint=f"{first.fix + '; ' if first.fix else ''}{every}: `{shlex.join(check)}`",
+            report=report,
         )
     host = report.facts.host
     if host is None or not host.found:
@@ -125,12 +131,17 @@ def _environ(overlay: dict[str, str]) -> Iterator[None]:
 
 
 def prepare_extension_stage(host: HostSummary, progress: Progress) -> str:
-    """Build the operator for the visible GPUs, or reuse the cached build with the same key;
+    """Build the operator for $QPNSERVE_BUILD_ARCH (else the visible GPUs), or reuse the cached
+    build with the same key;
     the plugin in every worker loads that build (it never compiles)."""
     from qpnserve.kernels.build import build
 
-    progress("extension: building or reusing the AWQ M1 operator for the visible GPUs")
-    result = build(progress=progress)
+    arch = os.environ.get(config.BUILD_ARCH.name) or None
+    progress(
+        "extension: building or reusing the AWQ M1 operator for "
+        + (f"{config.BUILD_ARCH.name}={arch}" if arch else "the visible GPUs")
+    )
+    result = build(arch_list=arch, progress=progress)
     progress(f"extension: {'reused' if result.reused else 'built'} {result.build_key}")
     return result.build_key
 

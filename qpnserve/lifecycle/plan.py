@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from qpnserve.launch import (
     build_env,
     default_python,
     installed_general_plugins,
+    replaced_env,
     route_env_record,
 )
 from qpnserve.lifecycle.options import UpOptions
@@ -33,6 +34,7 @@ class LaunchPlan:
     cwd: Path
     log_path: Path
     report_dir: Path
+    replaced: list[str] = field(default_factory=list)  # the user's values `up` overrides, said
 
 
 def plan_launch(
@@ -44,8 +46,9 @@ def plan_launch(
 ) -> LaunchPlan:
     validate(opts)
     reports = report_dir(root)
+    base_env = os.environ if base_env is None else base_env
     env = build_env(
-        os.environ if base_env is None else base_env,
+        base_env,
         route_on=opts.awq_m1,
         include_plugin=opts.include_plugin,
         report_dir=reports,
@@ -67,7 +70,15 @@ def plan_launch(
     log_path = logs_dir(root) / f"server-{stamp}-{os.getpid()}.log"
     # The host's instructions: run from a directory outside any source checkout, so the
     # checkout's `vllm/` folder cannot shadow the installed package.
-    return LaunchPlan(argv, env, route_env_record(env), root / "run", log_path, reports)
+    return LaunchPlan(
+        argv,
+        env,
+        route_env_record(env),
+        root / "run",
+        log_path,
+        reports,
+        replaced_env(base_env, env),
+    )
 
 
 def validate(opts: UpOptions) -> None:

@@ -15,7 +15,13 @@ from qpnserve import config
 from qpnserve.errors import ConflictError, PreflightError, ServerError
 from qpnserve.launch import port_holder, port_in_use, start_server
 from qpnserve.lifecycle import options
-from qpnserve.lifecycle.options import Progress, Stages, UpOptions, stderr_progress
+from qpnserve.lifecycle.options import (
+    HostSummary,
+    Progress,
+    Stages,
+    UpOptions,
+    stderr_progress,
+)
 from qpnserve.lifecycle.plan import (
     LaunchPlan,
     desired_from,
@@ -44,7 +50,7 @@ from qpnserve.state import (
     write_running,
 )
 
-__all__ = ["LaunchPlan", "check_conflicts", "plan_launch", "up"]
+__all__ = ["LaunchPlan", "check_conflicts", "checks_before_start", "plan_launch", "up"]
 
 
 def up(
@@ -57,21 +63,13 @@ def up(
     """
     say = progress or stderr_progress
     stages = stages or options.default_stages()  # looked up per call: tests replace it
-    validate(opts)
-    root = ensure_state_dir()
-    with locked(root):
-        check_conflicts(root, opts, say)  # fail fast, before the slow stages
-    _warn_busy_gpus(say)
-    host = stages.preflight(opts, say)
-    if opts.awq_m1 and host.kind not in ("native", "patched"):
-        raise PreflightError(
-            f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",
-            hint="run `qpnserve check --awq-m1` for details",
-        )
+    root, host = checks_before_start(opts, say, stages)
     build_key = (
         stages.prepare_extension(host, say) if opts.awq_m1 and host.kind == "patched" else None
     )
     plan = plan_launch(opts, root)
+    for line in plan.replaced:
+        say(line)
     with locked(root):
         check_conflicts(root, opts, say)
         for stale in plan.report_dir.glob("route-rank*.json"):
@@ -102,6 +100,23 @@ def up(
         raise
 
 
+def checks_before_start(
+    opts: UpOptions, say: Progress, stages: Stages, dry_run: bool = False
+) -> tuple[Path, HostSummary]:
+    validate(opts)
+    root = ensure_state_dir()
+    with locked(root):
+        check_conflicts(root, opts, say, dry_run)  # fail fast, before the slow stages
+    _warn_busy_gpus(say)
+    host = stages.preflight(opts, say)
+    if opts.awq_m1 and host.kind not in ("native", "patched"):
+        raise PreflightError(
+            f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",
+            hint="run `qpnserve check --awq-m1` for details",
+        )
+    return root, host
+
+
 def _warn_busy_gpus(say: Progress) -> None:
     busy = gpu_compute_processes()
     if not busy:
@@ -117,8 +132,9 @@ def _warn_busy_gpus(say: Progress) -> None:
     )
 
 
-def check_conflicts(root: Path, opts: UpOptions, say: Progress) -> None:
-    """A recorded server that lives, or anything on the port, is reported, never clobbered."""
+def check_conflicts(root: Path, opts: UpOptions, say: Progress, dry_run: bool = False) -> None:
+    """A recorded server that lives, or anything on the port, is reported, never clobbered.
+    The record of a server that is gone is cleared (a dry run only says it would be)."""
     running = read_running(root)
     if running is not None:
         leader_alive = is_alive(running.pid, running.proc_start_ticks)
@@ -133,8 +149,11 @@ def check_conflicts(root: Path, opts: UpOptions, say: Progress) -> None:
                 hint="`qpnserve status` shows it, `qpnserve down` stops it, "
                 "`qpnserve rollback --restart` restarts it without the route",
             )
-        say(f"clearing the record of a server that is gone (pid {running.pid})")
-        clear_running(root, running.pid)
+        if dry_run:
+            say(f"up would clear the record of a server that is gone (pid {running.pid})")
+        else:
+            say(f"clearing the record of a server that is gone (pid {running.pid})")
+            clear_running(root, running.pid)
     if port_in_use(opts.host, opts.port):
         holder = port_holder(opts.port)
         raise ConflictError(

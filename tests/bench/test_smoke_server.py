@@ -7,8 +7,7 @@ also holds the client's own cost of sending the request and the server's of pars
 ms for the fourth of four requests sent together on an idle 2-core VM, up to ~150 ms with both
 cores busy with other work), so it is checked one-sided: never earlier than scheduled (-5 ms
 for clock granularity), at most TTFT_OVERHEAD_MS later. Token counts inside the window are
-exact: the timing puts every token of one stream at least 62 ms away from the window's edges
-set by the others, more than the jitter.
+interpolated between arrivals (summarize.py), so jitter moves them by a fraction of a token.
 """
 
 from __future__ import annotations
@@ -66,7 +65,7 @@ def test_smoke_figures_equal_the_servers_controlled_timing() -> None:
     # C1: TTFT = delay; every ITL = interval; window = first..last token; pure = 1 / interval.
     assert_ttft(c1.median_ttft_ms, delay_s)
     assert c1.median_itl_ms == pytest.approx(interval_s * 1e3, abs=LATENCY_TOL_MS)
-    assert c1.window_tokens == num_tokens - 1
+    assert c1.window_tokens == pytest.approx(num_tokens - 1)
     assert c1.window_s == pytest.approx((num_tokens - 1) * interval_s, abs=LATENCY_TOL_MS / 1e3)
     assert c1.pure_decode_tok_s == pytest.approx(1 / interval_s, rel=RATE_TOL)
 
@@ -78,7 +77,8 @@ def test_smoke_figures_equal_the_servers_controlled_timing() -> None:
     assert c4.median_itl_ms == pytest.approx(interval_s * 1e3, abs=LATENCY_TOL_MS)
     expected_window_s = (num_tokens - 1) * interval_s - 3 * step_s
     assert c4.window_s == pytest.approx(expected_window_s, abs=LATENCY_TOL_MS / 1e3)
-    assert c4.window_tokens == (num_tokens - 1) + 3 * (num_tokens - 2)
+    # Tokens are counted between arrivals (summarize.py), so timer jitter makes them fractional.
+    assert c4.window_tokens == pytest.approx((num_tokens - 1) + 3 * (num_tokens - 2), abs=0.5)
     assert c4.pure_decode_tok_s == pytest.approx(4 / interval_s, rel=RATE_TOL)
     assert c4.total_output_tokens == 4 * num_tokens
     assert outcome.report.server.version == "fake-test-server"
@@ -168,3 +168,17 @@ def test_bad_concurrency_is_a_usage_error() -> None:
     result = runner.invoke(app, ["bench", "smoke", "--concurrency", "1,x"])
     assert result.exit_code == int(ExitCode.USAGE)
     assert "comma-separated list of integers" in result.stderr
+
+
+def test_smoke_table_says_why_a_cell_has_no_pure_figure() -> None:
+    # The second request's first token comes 0.5 s after the first request finished.
+    config = FakeServerConfig(
+        first_token_delay_s=0.05, first_token_step_s=0.5, inter_token_interval_s=0.02
+    )
+    with run_fake_server(config) as url:
+        result = invoke_smoke(url, "--concurrency", "2", "--output-tokens", "3")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["cells"][0]["pure_decode_tok_s"] is None
+    said = [ln for ln in result.stderr.splitlines() if ln.startswith("C2: no decode window")]
+    assert len(said) == 1, result.stderr
+    assert "finished at" in said[0]

@@ -187,3 +187,24 @@ def test_host_buffers_the_operator_cannot_take_keep_host_route(
     args[name] = make()
     _call(method, layer, args)
     assert spy.calls == [] and layer.host_route_calls == [(1, 2560)]
+
+
+# The physical-M=1 rule, one tensor at a time: a second row in any one of them (the others
+# keeping one) must keep the host's route, so no check can lean on another tensor's shape.
+TWO_ROWS: dict[str, Any] = {
+    "x": lambda: torch.zeros(2, 2560, dtype=torch.float16),
+    "topk_ids_i32": lambda: torch.zeros(2, 10, dtype=torch.int32),
+    "topk_weights": lambda: torch.zeros(2, 10, dtype=torch.float32),
+    "output": lambda: torch.zeros(2, 2560, dtype=torch.float16),
+}
+
+
+@pytest.mark.parametrize("name", list(TWO_ROWS))
+def test_two_rows_in_any_single_tensor_keep_host_route(patched: Any, name: str) -> None:
+    method, layer, spy = patched
+    args = one_token_call(1)
+    args[name] = TWO_ROWS[name]()
+    result = _call(method, layer, args)
+    assert spy.calls == []
+    assert layer.host_route_calls == [tuple(args["x"].shape)]
+    assert result is args["output"]

@@ -92,3 +92,25 @@ def test_cli_build_rejects_unknown_arch_as_usage_error(tmp_path: Path) -> None:
     result = _cli(["--arch", "volta", "--json"], tmp_path)
     assert result.returncode == int(ExitCode.USAGE)
     assert result.stdout == ""
+
+
+_WITHOUT_TORCH = (
+    "import sys; sys.modules['torch'] = None; sys.argv[0] = 'qpnserve'; "
+    "from qpnserve.cli import main; main()"
+)
+
+
+@pytest.mark.parametrize("args", [["--cpu-only"], ["--arch", "7.0"]], ids=["cpu-only", "arch"])
+def test_cli_build_without_torch_is_one_line_and_exit_3(tmp_path: Path, args: list[str]) -> None:
+    """The README's first command runs where the host's torch may be missing."""
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH, "build", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, QPNSERVE_BUILD_DIR=str(tmp_path)),
+        timeout=120,
+    )
+    assert result.returncode == int(ExitCode.BUILD), result.stderr
+    assert "Traceback" not in result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("error: torch is not installed"), result.stderr

@@ -101,3 +101,13 @@ def test_readme_shows_the_current_rollback_and_status_texts(env: Env) -> None:
         if "layers admitted" in line:
             pattern = r"route:\s+\d+/\d+ layers admitted on 4/4 ranks"
         assert re.search(pattern, section), f"README lacks: {line}"
+
+
+def test_status_after_rollback_on_a_fresh_state_names_no_model_instead_of_a_question_mark(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(config.MODEL.name)
+    assert cli("rollback").exit_code == 0
+    desired = next(ln for ln in cli("status").stdout.splitlines() if ln.startswith("desired:"))
+    assert "?" not in desired
+    assert "route off; no model recorded yet" in desired

@@ -140,3 +140,22 @@ def test_two_concurrent_up_calls_start_exactly_one_server(
     state = json.loads(env.server_json.read_text())
     assert set(server_processes(env.run_dir).values()) == {state["pgid"]}
     assert cli("down").exit_code == 0
+
+
+def test_ctrl_c_during_down_kills_the_group_and_clears_the_record(
+    env: Env, spawned: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_HOST_IGNORE_SIGTERM", "1")
+    started = cli("up", "--detach", "--json")
+    assert started.exit_code == 0, started.stderr
+    running = json.loads(started.stdout)
+    down = start_cli("down", "--timeout-s", "30")
+    spawned.append(down)
+    wait_for_phase(env.server_json, "stopping")
+    time.sleep(0.5)  # down is now in its grace period: SIGTERM sent, ignored by the stand-in
+    down.send_signal(signal.SIGINT)
+    _, err = down.communicate(timeout=WAIT_S)
+    assert down.returncode == 130, err
+    assert group_members(running["pgid"]) == []
+    assert not env.server_json.exists(), "the record must follow the killed group"
+    assert "running:  no server" in cli("status").stdout

@@ -5,11 +5,12 @@ from __future__ import annotations
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
 from qpnserve.errors import ConflictError
-from qpnserve.state import ensure_state_dir, locked
+from qpnserve.state import DesiredState, ensure_state_dir, locked, read_desired, write_desired
 from tests.lifecycle.conftest import Env, cli
 
 
@@ -119,3 +120,45 @@ def test_a_reused_pid_is_never_taken_for_the_server(env: Env) -> None:
     finally:
         other.kill()
         other.wait()
+
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from qpnserve.state import DesiredState, write_desired
+root, seconds = Path(sys.argv[1]), float(sys.argv[2])
+states = [DesiredState(awq_m1=on, extra_args=["--x"] * 4000) for on in (True, False)]
+(root / "writer-started").touch()
+deadline = time.monotonic() + seconds
+n = 0
+while time.monotonic() < deadline:
+    write_desired(root, states[n % 2])
+    n += 1
+print(n)
+"""
+
+
+def test_a_reader_never_sees_a_state_file_half_written_by_another_process(env: Env) -> None:
+    """Every write is a rename of a whole file: `status` in one terminal while `up` or
+    `rollback` writes in another must read the old file or the new one, never a torn one."""
+    root = ensure_state_dir(env.state)
+    write_desired(root, DesiredState(awq_m1=True, extra_args=["--x"] * 4000))
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(root), "2.0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        while not (root / "writer-started").exists():
+            assert writer.poll() is None, "the writer died"
+            time.sleep(0.01)
+        seen = set()
+        reads = 0
+        while writer.poll() is None:
+            desired = read_desired(root)  # raises StateError on a torn file
+            assert desired is not None and len(desired.extra_args) == 4000
+            seen.add(desired.awq_m1)
+            reads += 1
+    finally:
+        out, _ = writer.communicate(timeout=30)
+    assert writer.returncode == 0
+    assert int(out) > 100 and reads > 100  # the two really overlapped
+    assert seen == {True, False}

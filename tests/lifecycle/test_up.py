@@ -188,6 +188,9 @@ def test_up_keeps_the_users_plugins_and_adds_its_own(
     server_env = environ_of(json.loads(result.stdout)["pid"])
     assert server_env[config.VLLM_PLUGINS.name] == f"site_plugin,{config.PLUGIN_NAME}"
     assert server_env[config.ROUTE_FLAG.name] == "1"
+    assert f"note: {config.ROUTE_FLAG.name}=0 in your environment is replaced by 1" in (
+        result.stderr
+    )
 
 
 def test_preflight_still_fails_on_a_variable_the_server_would_inherit(

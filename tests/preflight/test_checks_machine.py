@@ -98,6 +98,17 @@ def test_check_fails_compute_capability_of_h200_and_names_it() -> None:
     assert "NVIDIA H200" in result.reason and "sm_90" in result.reason
 
 
+@pytest.mark.parametrize("cc", ["7.2", "7.5", "8.0", "9.0"])
+def test_check_fails_any_compute_capability_but_7_0_on_one_gpu(cc: str) -> None:
+    """Volta's sibling (7.2, Jetson), Turing, Ampere, Hopper: none runs the sm_70 route."""
+    facts = v100()
+    assert facts.gpu is not None
+    facts.gpu.devices[1].compute_capability = cc
+    result = check_gpu_compute_capability(facts, 4)
+    assert result.status == "FAIL"
+    assert "GPU 1 " in result.reason and f"(sm_{cc.replace('.', '')})" in result.reason
+
+
 def test_check_warns_on_16gb_v100() -> None:
     facts = v100()
     assert facts.gpu is not None
