@@ -43,11 +43,13 @@ constexpr int kMaxDepthA = kGroups13;
 // intermediate after kernel A's completion instead (MoeArgs::tagged = 0).
 // Kernel B never waits on the tag for long (kPollTimeoutNs): past that it takes the same
 // completion path, so a broken slot (calls raced on it) costs time, never a hang or a trap.
-struct PolledH {
+// 16-byte aligned: kernel B polls the words with 16-byte loads, in every slot of the array.
+struct alignas(16) PolledH {
   unsigned long long words[kRoutes][kInter / 2];  // (tag << 32) | h[2j + 1] << 16 | h[2j]
   unsigned epoch;    // the tag of the last completed call
   unsigned arrived;  // units B of this call counted in
 };
+static_assert(sizeof(PolledH) % 16 == 0, "every slot of an array starts 16-byte aligned");
 constexpr int kPolledSlots = 64;
 // Kernel A takes about 5 us on an H200; ten times that without the tag means the slot is not this
 // call's alone (or the GPU is shared), and waiting for kernel A's completion is as fast.
