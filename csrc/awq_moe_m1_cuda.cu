@@ -60,8 +60,16 @@ struct SlotPool {
   std::map<cudaStream_t, int> eager;
   std::map<std::pair<unsigned long long, cudaStream_t>, int> captured;
 };
-std::mutex g_slots_mu;
-std::array<SlotPool, kMaxDevices> g_slots;
+struct Slots {
+  std::mutex mu;
+  std::array<SlotPool, kMaxDevices> pools;
+};
+// Never destroyed: a graph released at interpreter exit runs its user object's destructor on a
+// CUDA thread, possibly after this library's static objects are gone.
+Slots& slots() {
+  static Slots* const state = new Slots();
+  return *state;
+}
 
 struct CapturedSlot {
   int device;
@@ -73,8 +81,9 @@ struct CapturedSlot {
 // launches have completed; it may not call CUDA.
 void release_captured_slot(void* data) {
   const std::unique_ptr<CapturedSlot> held(static_cast<CapturedSlot*>(data));
-  const std::lock_guard<std::mutex> lock(g_slots_mu);
-  SlotPool& pool = g_slots[held->device];
+  Slots& state = slots();
+  const std::lock_guard<std::mutex> lock(state.mu);
+  SlotPool& pool = state.pools[held->device];
   pool.captured.erase(held->key);
   pool.free.push_back(held->slot);
 }
@@ -95,8 +104,9 @@ CallSlot polled_slot(int device, cudaStream_t stream) {
   CallSlot call{};
   CallSlot overflow{};
   {
-    const std::lock_guard<std::mutex> lock(g_slots_mu);
-    SlotPool& pool = g_slots[device];
+    Slots& state = slots();
+    const std::lock_guard<std::mutex> lock(state.mu);
+    SlotPool& pool = state.pools[device];
     if (!pool.ready) {
       void* base = nullptr;
       C10_CUDA_CHECK(cudaGetSymbolAddress(&base, qpn::g_polled_h));

@@ -7,6 +7,11 @@ so the V100 code's arithmetic is tested too.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -252,19 +257,20 @@ print("streams", len(streams), flush=True)
 """
 
 
-def test_gpu_calls_on_more_streams_than_slots_stay_correct(cuda_extension) -> None:  # type: ignore[no-untyped-def]
-    import subprocess
-    import sys
-    from pathlib import Path
-
+def _run_child(script: str, library: object) -> subprocess.CompletedProcess[str]:
+    """`script` in a fresh Python (argv[1]: the built library), from the repository root."""
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", _MANY_STREAMS_SCRIPT, str(cuda_extension.path)],
+    return subprocess.run(
+        [sys.executable, "-c", script, str(library)],
         capture_output=True,
         text=True,
         cwd=root,
         timeout=600,
     )
+
+
+def test_gpu_calls_on_more_streams_than_slots_stay_correct(cuda_extension) -> None:  # type: ignore[no-untyped-def]
+    done = _run_child(_MANY_STREAMS_SCRIPT, cuda_extension.path)
     assert done.returncode == 0, done.stderr[-2000:]
     streams = int(done.stdout.split()[-1])
     # With the default stream's call, one more than the slots: the overflow slot was reached.
@@ -344,19 +350,7 @@ print("done", flush=True)
 
 
 def test_gpu_argument_errors_raise_naming_the_argument(cuda_extension) -> None:  # type: ignore[no-untyped-def]
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", _ARGUMENT_SCRIPT, str(cuda_extension.path)],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        timeout=600,
-    )
+    done = _run_child(_ARGUMENT_SCRIPT, cuda_extension.path)
     lines = done.stdout.splitlines()
     verdicts = dict(json.loads(line) for line in lines if line.startswith("["))
     assert verdicts, done.stderr[-2000:]
