@@ -41,8 +41,8 @@ constexpr int kMaxDepthA = kGroups13;
 // gets the shared overflow slot (index kPolledSlots), whose words nobody trusts: kernel A
 // publishes there as usual (no branch, no register for it), and kernel B reads h from
 // intermediate after kernel A's completion instead (MoeArgs::tagged = 0).
-// Kernel B never waits on the tag for long (kPollTimeoutNs): past that it takes the same
-// completion path, so a broken slot (calls raced on it) costs time, never a hang or a trap.
+// Kernel B never polls for long (kMaxPolls): past that it takes the same completion path, so a
+// broken slot (calls raced on it) costs time, never a hang or a trap.
 // 16-byte aligned: kernel B polls the words with 16-byte loads, in every slot of the array.
 struct alignas(16) PolledH {
   unsigned long long words[kRoutes][kInter / 2];  // (tag << 32) | h[2j + 1] << 16 | h[2j]
@@ -51,9 +51,11 @@ struct alignas(16) PolledH {
 };
 static_assert(sizeof(PolledH) % 16 == 0, "every slot of an array starts 16-byte aligned");
 constexpr int kPolledSlots = 64;
-// Kernel A takes about 5 us on an H200; ten times that without the tag means the slot is not this
-// call's alone (or the GPU is shared), and waiting for kernel A's completion is as fast.
-constexpr unsigned long long kPollTimeoutNs = 50000;
+// A poll is one L2 round trip (0.25-0.5 us on an H200), so this is 1-2 ms, hundreds of times
+// kernel A's 5 us: without the tag by then the slot is not this call's alone (or the GPU is
+// shared), and waiting for kernel A's completion is no slower. A count, not a clock: a timer
+// read in the loop would delay every next poll.
+constexpr unsigned kMaxPolls = 1u << 12;
 
 struct MoeArgs {
   __half* out;                 // (1, 2560) fp16, written completely
@@ -89,13 +91,6 @@ __device__ __forceinline__ void store_relaxed_gpu(unsigned* p, unsigned v) {
 }
 __device__ __forceinline__ void store_relaxed_gpu(unsigned long long* p, unsigned long long v) {
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-// %globaltimer, ns (the polled hand-off's timeout).
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
 }
 
 // ---------------------------------------------------------------------------------------------
