@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "awq_moe_m1_geometry.h"
 #include "message_text.h"
 
 #include <cstdint>
@@ -19,11 +20,11 @@ namespace qpnserve {
 // merging two separately compiled inline definitions.
 namespace {
 
-constexpr int64_t kHidden = 2560;
-constexpr int64_t kInter = 160;
-constexpr int64_t kN13 = 2 * kInter;
-constexpr int64_t kRoutes = 10;
-constexpr int64_t kGroup = 32;
+constexpr int64_t kHidden = qpn::kHidden;
+constexpr int64_t kInter = qpn::kInter;
+constexpr int64_t kN13 = qpn::kN13;
+constexpr int64_t kRoutes = qpn::kRoutes;
+constexpr int64_t kGroup = qpn::kGroup;
 
 enum class MetaFormat { kFourByte, kThreeByte };
 

@@ -17,24 +17,10 @@
 
 #include <cuda_fp16.h>
 
+#include "awq_moe_m1_geometry.h"
 #include "pdl_device.cuh"
 
 namespace qpn {
-
-// Geometry of one TP4 rank of Qwen3.8 (contract section 2). E (experts) is a run-time value.
-constexpr int kHidden = 2560;                   // W13 K, W2 N
-constexpr int kInter = 160;                     // W2 K (intermediate per rank)
-constexpr int kN13 = 2 * kInter;                // W13 N: gate_i at column 2i, up_i at 2i+1
-constexpr int kRoutes = 10;                     // top-k
-constexpr int kGroup = 32;                      // AWQ group along K
-constexpr int kTile = 32;                       // columns per weight tile of the bank layout
-constexpr int kGroups13 = kHidden / kGroup;     // 80
-constexpr int kGroups2 = kInter / kGroup;       // 5
-constexpr int kTiles13 = kN13 / kTile;          // 10
-constexpr int kTiles2 = kHidden / kTile;        // 80
-constexpr int kWords13 = kHidden * kN13 / 8;    // int32 code words per expert, W13
-constexpr int kWords2 = kInter * kHidden / 8;   // int32 code words per expert, W2
-constexpr int kGroupTileWords = kGroup * kTile / 8;  // 128 words = 512 B: one group x one tile
 
 // ---------------------------------------------------------------------------------------------
 // Small device helpers
@@ -57,29 +43,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
 #else
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-}
-
-// cp.async (sm_80+): 16 bytes from global memory to shared memory without a register, cached
-// in L2 only; commit and wait by groups. Never executed below sm_80 (only the split form uses
-// them).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 #endif
 }
 
@@ -258,18 +221,6 @@ __device__ __forceinline__ void load_group(GroupFrag<kMeta3>& f, const uint4* co
   }
 }
 
-// The 4 metadata records of columns 4 col4 .. 4 col4 + 3 from a row of records in shared
-// memory (12 bytes at a 4-byte aligned offset for the 3-byte form).
-template <bool kMeta3>
-__device__ __forceinline__ uint4 lds_records(const unsigned char* row, int col4) {
-  if constexpr (kMeta3) {
-    const unsigned* p = reinterpret_cast<const unsigned*>(row + 12 * col4);
-    return make_uint4(p[0], p[1], p[2], 0u);
-  } else {
-    return reinterpret_cast<const uint4*>(row)[col4];
-  }
-}
-
 // One loaded group, dequantized: w[i] = the 4 half2 weights of column word i (k order).
 struct GroupWeights {
   unsigned w[4][4];
@@ -362,41 +313,7 @@ __device__ __forceinline__ void store_partials(const WarpAcc<kMma884>& acc, floa
 }
 
 // ---------------------------------------------------------------------------------------------
-// A 16-row slice of W2 (the split form): 16 k x one 32-column tile is one m16n8k16 step per
-// 16 columns. Lane (g, t) loads the 4 words of columns 4g .. 4g+3 at k block t / 2 (lanes t and
-// t ^ 1 load the same 16 B) and uses half of each word: rows 4 (t & 1) .. 4 (t & 1) + 3 of the
-// block, that is slice rows 4t .. 4t + 3, bound to the MMA's logical k (2t, 2t+1, 2t+8, 2t+9).
-// The activation operand is then h[4t .. 4t+3] for every lane.
-
-struct HalfWeights {
-  unsigned w[4][2];  // column word i: (k 4t, 4t+1), (k 4t+2, 4t+3) of the slice
-};
-
-template <bool kMeta3>
-__device__ __forceinline__ void dequant_half(HalfWeights& q, const GroupFrag<kMeta3>& f, int lane) {
-  const int shift = 8 * (lane & 1);
-  for_each_column<kMeta3>(f, [&q, shift](int i, unsigned word, __half2 s2, __half2 b2) {
-    dequant_pairs(word >> shift, s2, b2, q.w[i][0], q.w[i][1]);
-  });
-}
-
-// The slice's contribution to the lane's column 4g + t of the tile (FP32, 16 k).
-__device__ __forceinline__ float mma_half(const HalfWeights& q, uint2 hv, int lane) {
-  float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    mma_m16n8k16(d[p], q.w[2 * p][0], q.w[2 * p + 1][0], q.w[2 * p][1], q.w[2 * p + 1][1], hv.x,
-                 hv.y);
-  }
-  // Selects, not an index: a run-time index into d would put it on the stack.
-  const bool odd = lane & 1;
-  const float v0 = odd ? d[0][2] : d[0][0];
-  const float v1 = odd ? d[1][2] : d[1][0];
-  return (lane & 2) ? v1 : v0;
-}
-
-// ---------------------------------------------------------------------------------------------
-// 16-column tiles (kernel B of the polled form with 160 CTAs, sm_80+): half of a bank tile.
+// 16-column tiles (the sm_90 default's kernel B, 160 CTAs): half of a bank tile.
 // Lane (g, t) takes the half's columns 2g and 2g + 1 at k block t: two adjacent words of a 16 B
 // block, one 8-byte load, so a warp's 32 loads cover the half's 256 B of the group. One
 // m16n8k16 pair per group covers the 16 columns: row g is column 2g, row g + 8 column 2g + 1,

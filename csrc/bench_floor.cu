@@ -9,27 +9,31 @@
 // no kernel may touch the weights before the previous layer is done reading.
 //
 // Reading order: device helpers, kernels, launchers, registration. The device part includes only
-// pdl_device.cuh (itself without includes) so NVRTC can compile it for sm_70
-// (scripts/sm70_projection.py); the host part is skipped under NVRTC. This file is compiled
+// awq_moe_m1_geometry.h and pdl_device.cuh (both without includes) so NVRTC can compile it for
+// sm_70 (scripts/sm70_projection.py); the host part is skipped under NVRTC. This file is compiled
 // only into CUDA builds of the extension: the CPU build takes .cpp files and has neither op (the
 // benchmark needs a GPU anyway).
 
+#include "awq_moe_m1_geometry.h"
 #include "pdl_device.cuh"
 
 namespace qpnserve_floor {
 
-// Contract section 2 and 3 geometry, in 16-byte vectors per expert. Every per-expert block
-// (int32 weights, 4-byte and 3-byte metadata alike) is a multiple of 16 bytes, so each
-// expert's four blocks can be streamed as whole 16-byte vectors with no tail.
-constexpr int kNumExperts = 512;
-constexpr int kTopK = 10;
-constexpr int kW13WeightVecs = 2560 * 40 * 4 / 16;  // 25,600 (409,600 B)
-constexpr int kW2WeightVecs = 160 * 320 * 4 / 16;   // 12,800 (204,800 B)
-constexpr int kS13Vecs4Byte = 80 * 320 * 4 / 16;    // 6,400 (102,400 B)
-constexpr int kS2Vecs4Byte = 5 * 2560 * 4 / 16;     // 3,200 (51,200 B)
-constexpr int kS13Vecs3Byte = 80 * 320 * 3 / 16;    // 4,800 (76,800 B)
-constexpr int kS2Vecs3Byte = 5 * 2560 * 3 / 16;     // 2,400 (38,400 B)
-constexpr int kHidden = 2560;
+// Contract section 2 and 3 geometry (awq_moe_m1_geometry.h), in 16-byte vectors per expert.
+// Every per-expert block (int32 weights, 4-byte and 3-byte metadata alike) is a multiple of 16
+// bytes, so each expert's four blocks can be streamed as whole 16-byte vectors with no tail.
+constexpr int kNumExperts = qpn::kNumExperts;
+constexpr int kTopK = qpn::kRoutes;
+constexpr int kHidden = qpn::kHidden;
+constexpr int kW13WeightVecs = qpn::kWords13 * 4 / 16;               // 25,600 (409,600 B)
+constexpr int kW2WeightVecs = qpn::kWords2 * 4 / 16;                 // 12,800 (204,800 B)
+constexpr int kS13Vecs4Byte = qpn::kGroups13 * qpn::kN13 * 4 / 16;   // 6,400 (102,400 B)
+constexpr int kS2Vecs4Byte = qpn::kGroups2 * qpn::kHidden * 4 / 16;  // 3,200 (51,200 B)
+constexpr int kS13Vecs3Byte = qpn::kGroups13 * qpn::kN13 * 3 / 16;   // 4,800 (76,800 B)
+constexpr int kS2Vecs3Byte = qpn::kGroups2 * qpn::kHidden * 3 / 16;  // 2,400 (38,400 B)
+static_assert((qpn::kGroups13 * qpn::kN13 * 3) % 16 == 0 &&
+                  (qpn::kGroups2 * qpn::kHidden * 3) % 16 == 0,
+              "3-byte metadata blocks are whole 16-byte vectors");
 constexpr int kFloorThreads = 256;
 constexpr int kDeriveThreads = kHidden / 8;  // one 16-byte vector of 8 halves per thread
 
@@ -304,14 +308,15 @@ void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s1
               "loads_per_thread must be 2, 4, 8 or 16, got ", qpn_text::num(loads_per_thread));
   const at::Device device = w13.device();
   const bool three_byte = s13.scalar_type() == at::kByte;
-  check_cuda_tensor(w13, "w13", at::kInt, {kNumExperts, 2560, 40}, device);
-  check_cuda_tensor(w2, "w2", at::kInt, {kNumExperts, 160, 320}, device);
+  using qpn::kGroups13, qpn::kGroups2, qpn::kInter, qpn::kN13;
+  check_cuda_tensor(w13, "w13", at::kInt, {kNumExperts, kHidden, kN13 / 8}, device);
+  check_cuda_tensor(w2, "w2", at::kInt, {kNumExperts, kInter, kHidden / 8}, device);
   if (three_byte) {
-    check_cuda_tensor(s13, "s13", at::kByte, {kNumExperts, 80, 320, 3}, device);
-    check_cuda_tensor(s2, "s2", at::kByte, {kNumExperts, 5, 2560, 3}, device);
+    check_cuda_tensor(s13, "s13", at::kByte, {kNumExperts, kGroups13, kN13, 3}, device);
+    check_cuda_tensor(s2, "s2", at::kByte, {kNumExperts, kGroups2, kHidden, 3}, device);
   } else {
-    check_cuda_tensor(s13, "s13", at::kInt, {kNumExperts, 80, 320}, device);
-    check_cuda_tensor(s2, "s2", at::kInt, {kNumExperts, 5, 2560}, device);
+    check_cuda_tensor(s13, "s13", at::kInt, {kNumExperts, kGroups13, kN13}, device);
+    check_cuda_tensor(s2, "s2", at::kInt, {kNumExperts, kGroups2, kHidden}, device);
   }
   check_cuda_tensor(ids, "ids", at::kInt, {1, kTopK}, device);
   TORCH_CHECK(sink.is_cuda() && sink.device() == device, "sink must be on ",

@@ -130,21 +130,8 @@ def device_facts(device: torch.device) -> DeviceFacts:
     return facts
 
 
-# qpnserve.kernels.ops PATH_*: the inner product, and on sm_80+ the launch form.
-OP_PATHS = {
-    "auto": 0,
-    "mma16816": 1,
-    "mma884": 2,
-    "fused": 1 | 512,
-    "two-kernels": 1 | 256,
-    "split": 1 | 4096,
-    "polled": 1 | (1 << 22),
-    "fused-polled": 1 | (1 << 26),
-    "polled-b32": 1 | (1 << 27),
-    "polled-b16-late": 1 | (1 << 28),
-    "polled-b16-1acc": 1 | (1 << 29),
-    "polled-b16-5acc": 1 | (1 << 30),
-}
+# qpnserve.kernels.ops PATH_*: the device's default, or the V100 design on any GPU.
+OP_PATHS = {"auto": 0, "v100": 1}
 
 
 def cuda_ops(
@@ -152,13 +139,8 @@ def cuda_ops(
 ) -> BenchOps:
     """Load the extension (op, floor, derive) and wire the real measurements.
 
-    op_path pins the op's path: "mma884" runs the V100 path on a newer GPU; "fused",
-    "two-kernels" (kernel B waiting for kernel A's completion), "split", "polled" (kernel B
-    polling h, the sm_90 default) pin the launch form on sm_80+, "fused-polled" (the polled
-    units in one launch, a tuning candidate) and "polled-b32" (the polled form with kernel B in
-    80 CTAs of 32 columns, the default before 160 of 16), "polled-b16-late" (its W2
-    dequantized after the poll), "polled-b16-1acc" and "polled-b16-5acc" (its MMAs in one or
-    five accumulators instead of two), tuning paths, on sm_90 (OP_PATHS).
+    op_path pins the op's path (OP_PATHS): "v100" runs the V100 design on any GPU (on a newer
+    GPU that is the V100 design's correctness and its time there, not a V100's speed).
     """
     if not torch.cuda.is_available():
         raise BenchError(
@@ -182,7 +164,8 @@ def cuda_ops(
         def op(*args: torch.Tensor) -> None:
             pinned(*args, path)
 
-        notes.append(f"op path pinned to {op_path} (awq_moe_m1_out_path, path={path})")
+        what = "the V100 design on this GPU, not a V100 speed" if op_path == "v100" else op_path
+        notes.append(f"op path pinned to {op_path}: {what} (awq_moe_m1_out_path, path={path})")
     timer = GraphTimer()
     host_op, host_note = hostop.find_host_op()
     if host_op is None:

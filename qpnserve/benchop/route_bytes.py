@@ -5,15 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from qpnserve.geometry import GROUP, HIDDEN, INTERMEDIATE, NUM_EXPERTS, TOP_K, W13_N
+
 MetaFormat = Literal["4byte", "3byte"]
 META_FORMATS: tuple[MetaFormat, ...] = ("4byte", "3byte")
-
-NUM_EXPERTS = 512
-TOP_K = 10
-HIDDEN = 2560  # W13 K and W2 N
-INTERMEDIATE = 160  # W2 K per TP4 rank
-W13_N = 320  # gate and up, interleaved
-GROUP = 32
 
 # read_floor_m1's launch geometry (csrc/bench_floor.cu): threads per CTA and 16-byte vectors.
 FLOOR_THREADS = 256

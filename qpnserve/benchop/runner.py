@@ -116,7 +116,7 @@ def _states(
 
 # The same routes are replayed, so a replay may find the previous replay's routed bytes in L2
 # unless they are several times its size (H200, 4-byte, 8 layers = 61 MB against 60 MiB: the op
-# measured 0.8 us per layer faster than at 32 layers, `scripts/op_timing.py --derive`).
+# measured 0.8 us per layer faster than at 32 layers in a timing script since removed).
 L2_REUSE_FACTOR = 3
 
 

@@ -17,20 +17,7 @@ if TYPE_CHECKING:
     from qpnserve.benchop.route_bytes import MetaFormat
 
 # The keys of qpnserve.benchop.cuda.OP_PATHS, kept here so that option checks import no torch.
-OP_PATH_NAMES = (
-    "auto",
-    "mma16816",
-    "mma884",
-    "fused",
-    "two-kernels",
-    "split",
-    "polled",
-    "fused-polled",
-    "polled-b32",
-    "polled-b16-late",
-    "polled-b16-1acc",
-    "polled-b16-5acc",
-)
+OP_PATH_NAMES = ("auto", "v100")
 
 
 @bench_app.command("op")
@@ -56,13 +43,9 @@ def bench_op(
     op_path: str = typer.Option(
         "auto",
         "--op-path",
-        help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
-        " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
-        " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
-        " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"
-        " polled form's kernel B in 80 CTAs of 32 columns instead of 160 of 16; polled-b16-late,"
-        " polled-b16-1acc, polled-b16-5acc: its W2 dequantized after the poll, its MMAs in one"
-        " or five accumulators instead of two, tuning paths; all sm_90).",
+        help="The op's path: auto (the device's default: on sm_90 the polled hand-off of h,"
+        " elsewhere the V100 design) or v100 (the V100 design, m8n8k4, on any GPU: on a newer"
+        " GPU its correctness and its time there, not a V100's speed).",
     ),
     prefetch_floor: bool = typer.Option(
         False,

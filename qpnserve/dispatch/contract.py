@@ -12,14 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 # Per-rank geometry of the validated deployment (Qwen3.8 AWQ g32, TP4): contract section 2.
-TP_SIZE = 4
-NUM_EXPERTS = 512
-TOP_K = 10
-HIDDEN = 2560
-INTERMEDIATE = 160  # per rank: 640 / 4
-W13_N = 2 * INTERMEDIATE  # gate and up, interleaved
-GROUP = 32
-PACK = 8  # 4-bit codes per int32 word
+from qpnserve.geometry import (
+    GROUP,
+    HIDDEN,
+    INTERMEDIATE,
+    NUM_EXPERTS,
+    PACK,
+    TOP_K,
+    TP_SIZE,
+    W13_N,
+)
 
 # (name on the layer, expected value): the host's own scalar facts about the prepared layer.
 _LAYER_FACTS: tuple[tuple[str, object], ...] = (

@@ -17,19 +17,11 @@ if TYPE_CHECKING:
 OP_NAME = "qpnserve::awq_moe_m1_out"
 PATH_OP_NAME = "qpnserve::awq_moe_m1_out_path"
 
-# Inner-product paths of the CUDA implementation (the CPU implementation has one).
-PATH_AUTO = 0  # m8n8k4 (HMMA.884) below sm_80, m16n8k16 from sm_80
-PATH_MMA16816 = 1
-PATH_MMA884 = 2  # the V100 path; also runs on newer GPUs, so it can be tested there
-# Launch forms (sm_80+, flags). PATH_AUTO takes the two-kernel form (kernel A: W13 and SwiGLU,
-# kernel B: W2 and the route combine); on sm_90 with programmatic dependent launch kernel B
-# polls h as kernel A publishes it (PATH_POLLED pins that), PATH_TWO_KERNELS pins kernel B
-# waiting for kernel A's completion instead. PATH_SPLIT: kernel A also multiplies its slice of
-# W2, kernel C sums the slices. PATH_FUSED: one launch, where all its CTAs fit.
-PATH_TWO_KERNELS = 256
-PATH_FUSED = 512
-PATH_SPLIT = 4096
-PATH_POLLED = 1 << 22
+# Paths of the CUDA implementation (the CPU implementation has one): the device's default (on
+# sm_90 the m16n8k16 kernels with the polled hand-off of h; elsewhere the V100 design), or the
+# V100 design (m8n8k4, the sm_70 kernels) on any GPU, so that it can be tested where no V100 is.
+PATH_DEFAULT = 0
+PATH_V100 = 1
 
 _fake_lock = threading.Lock()
 _fake_registered = False
@@ -85,7 +77,8 @@ def awq_moe_m1_out_path(
     weights: torch.Tensor,
     path: int,
 ) -> None:
-    """``awq_moe_m1_out`` with the CUDA inner-product path pinned (PATH_*); for tests."""
+    """``awq_moe_m1_out`` with the CUDA path pinned: PATH_DEFAULT or PATH_V100 (anything else
+    raises RuntimeError naming ``path``); for tests and ``bench op --op-path``."""
     import torch
 
     torch.ops.qpnserve.awq_moe_m1_out_path(
@@ -96,10 +89,14 @@ def awq_moe_m1_out_path(
 def _check_fake_args(out: torch.Tensor, intermediate: torch.Tensor) -> None:
     import torch
 
-    if tuple(out.shape) != (1, 2560) or out.dtype != torch.float16:
-        raise RuntimeError("awq_moe_m1_out: out must be (1, 2560) float16")
-    if tuple(intermediate.shape) != (10, 160) or intermediate.dtype != torch.float16:
-        raise RuntimeError("awq_moe_m1_out: intermediate must be (10, 160) float16")
+    from qpnserve.geometry import HIDDEN, INTERMEDIATE, TOP_K
+
+    if tuple(out.shape) != (1, HIDDEN) or out.dtype != torch.float16:
+        raise RuntimeError(f"awq_moe_m1_out: out must be (1, {HIDDEN}) float16")
+    if tuple(intermediate.shape) != (TOP_K, INTERMEDIATE) or intermediate.dtype != torch.float16:
+        raise RuntimeError(
+            f"awq_moe_m1_out: intermediate must be ({TOP_K}, {INTERMEDIATE}) float16"
+        )
 
 
 def register_fake_once() -> None:

@@ -18,17 +18,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from qpnserve import geometry
+
 if TYPE_CHECKING:
     import torch
 
 Format = Literal["4byte", "3byte"]
 FORMATS: tuple[Format, ...] = ("4byte", "3byte")
 
-HIDDEN = 2560
-INTER = 160
-N13 = 2 * INTER
-ROUTES = 10
-GROUP = 32
+HIDDEN = geometry.HIDDEN
+INTER = geometry.INTERMEDIATE
+N13 = geometry.W13_N
+ROUTES = geometry.TOP_K
+GROUP = geometry.GROUP
 # Row offset j of an 8-row block sits in nibble NIBBLE_OF_ROW[j] of its word (contract section 3).
 NIBBLE_OF_ROW = (0, 4, 1, 5, 2, 6, 3, 7)
 

@@ -30,16 +30,13 @@ KERNELS: tuple[tuple[str, str, bool], ...] = (
     ("w13_swiglu 3-byte m8n8k4", "qpn::w13_swiglu_kernel<true, true>", True),
     ("w2_combine 4-byte m8n8k4", "qpn::w2_combine_kernel<false, true>", True),
     ("w2_combine 3-byte m8n8k4", "qpn::w2_combine_kernel<true, true>", True),
-    # The m16n8k16 instantiations are compiled into every build but never launched below sm_80.
-    ("w13_swiglu 4-byte m16n8k16", "qpn::w13_swiglu_kernel<false, false>", False),
-    ("w2_combine 4-byte m16n8k16", "qpn::w2_combine_kernel<false, false>", False),
-    ("w13_swiglu 64-reg m16n8k16", "qpn::w13_swiglu_kernel<false, false, 16, false, 2>", False),
-    ("w2_combine capped m16n8k16", "qpn::w2_combine_capped_kernel<false>", False),
-    ("fused 4-byte m16n8k16", "qpn::fused_moe_kernel<false>", False),
-    ("fused 3-byte m16n8k16", "qpn::fused_moe_kernel<true>", False),
-    ("split A 4-byte m16n8k16", "qpn::split_a_kernel<false>", False),
-    ("split A 3-byte m16n8k16", "qpn::split_a_kernel<true>", False),
-    ("split C", "qpn::combine_split_kernel", False),
+    # The sm_90 default is compiled into every build but never launched below sm_90.
+    (
+        "w13_swiglu sm_90 default",
+        "qpn::w13_swiglu_kernel<false, false, 16, 2, qpn::kPublishTag>",
+        False,
+    ),
+    ("w2_combine16 sm_90 default", "qpn::w2_combine16_kernel<false>", False),
 )
 
 

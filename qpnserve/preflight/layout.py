@@ -17,14 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-NUM_EXPERTS = 512
-TOP_K = 10
-HIDDEN_SIZE = 2560
-MOE_INTERMEDIATE_SIZE = 640
-INTERMEDIATE_PER_RANK_TP4 = 160
+from qpnserve import geometry
+
+NUM_EXPERTS = geometry.NUM_EXPERTS
+TOP_K = geometry.TOP_K
+HIDDEN_SIZE = geometry.HIDDEN
+MOE_INTERMEDIATE_SIZE = geometry.MOE_INTERMEDIATE
+INTERMEDIATE_PER_RANK_TP4 = geometry.INTERMEDIATE
 NUM_MOE_LAYERS = 48
-GROUP_SIZE = 32
-BITS = 4
+GROUP_SIZE = geometry.GROUP
+BITS = geometry.BITS
 EXPERT_PROJS = ("gate_proj", "up_proj", "down_proj")
 EXPERT_PARTS = ("qweight", "qzeros", "scales")
 LAYER_PREFIXES = ("model.language_model.layers.", "model.layers.")

@@ -34,8 +34,9 @@ namespace {
 
 constexpr long long kCodes13 = 409600, kMeta13 = 102400, kCodes2 = 204800, kMeta2 = 51200;
 constexpr long long kRoute = kCodes13 + kMeta13 + kCodes2 + kMeta2;  // an expert, 4-byte records
-constexpr int kRoutes = 10, kTiles = 10, kWarps = 16, kGroupsPerWarp = 5;
-constexpr int kCtasA = kTiles * kRoutes, kCtasB = 160;
+constexpr int kRoutes = qpn::kRoutes, kTiles = qpn::kTiles13, kWarps = 16;
+constexpr int kGroupsPerWarp = qpn::kGroups13 / kWarps;
+constexpr int kCtasA = kTiles * kRoutes, kCtasB = qpn::kHidden / 16;
 constexpr int kStamps = kCtasA * kWarps * kGroupsPerWarp;
 
 __constant__ const char* c_base[kRoutes];

@@ -1,5 +1,5 @@
 // When does a warp's clock read placed right after __syncthreads() run: when the barrier
-// releases, or as soon as the warp itself arrives? The operator's traces (scripts/op_trace.py)
+// releases, or as soon as the warp itself arrives? The operator's traces (since removed)
 // stamp warp 0 right after kernel A's barrier and again after its first shared-memory load, and
 // saw 0.55-0.8 us between the two. Here warp 0 arrives first and warps 1..15 spin ~SPIN cycles
 // before the barrier; warp 0 reads %clock64 before the barrier, right after it, and after its

@@ -23,7 +23,7 @@
 // (%globaltimer), median of the last 30. Every CTA of a launch is resident (at
 // most two per SM), so the polls cannot deadlock.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 scripts/microbench/ksplit.cu -o /tmp/ksplit && /tmp/ksplit
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc scripts/microbench/ksplit.cu -o /tmp/ksplit && /tmp/ksplit
 //
 // A tuning tool, not part of the operator or its tests.
 
@@ -35,13 +35,14 @@
 #include <random>
 #include <vector>
 
+#include "awq_moe_m1_geometry.h"
 #include "span.cuh"
 
 namespace {
 
 constexpr long long kCodes13 = 409600, kMeta13 = 102400, kCodes2 = 204800, kMeta2 = 51200;
 constexpr long long kRoute = kCodes13 + kMeta13 + kCodes2 + kMeta2;  // 768,000 B
-constexpr int kRoutes = 10, kHidden = 2560;
+constexpr int kRoutes = qpn::kRoutes, kHidden = qpn::kHidden;
 
 constexpr int kLaunches = 32;  // per case, back to back after a warm-up (clocks at speed)
 // Launch i's ten expert regions: c_base[i * kRoutes + route].

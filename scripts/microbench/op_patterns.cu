@@ -6,7 +6,7 @@
 // every CTA issues all its loads before using any. Span: first CTA start to last CTA end
 // (%globaltimer), median over the launches.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 scripts/microbench/op_patterns.cu -o /tmp/op_patterns
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc scripts/microbench/op_patterns.cu -o /tmp/op_patterns
 //   /tmp/op_patterns
 //
 // A tuning tool, not part of the operator or its tests.
@@ -18,13 +18,14 @@
 #include <random>
 #include <vector>
 
+#include "awq_moe_m1_geometry.h"
 #include "span.cuh"
 
 namespace {
 
 constexpr long long kCodes13 = 409600, kMeta13 = 102400, kCodes2 = 204800, kMeta2 = 51200;
 constexpr long long kRoute = kCodes13 + kMeta13 + kCodes2 + kMeta2;  // 768,000 B
-constexpr int kRoutes = 10;
+constexpr int kRoutes = qpn::kRoutes;
 
 // The ten routes' expert regions, set before each launch (a kernel argument indexed by a
 // run-time route would live in local memory).

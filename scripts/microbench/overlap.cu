@@ -8,7 +8,7 @@
 // its loads (16-byte, evict-first) before using any, except where a case says otherwise; each
 // launch reads ten fresh expert regions of an 8 GiB buffer, so nothing comes from L2.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 scripts/microbench/overlap.cu -o /tmp/overlap
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc scripts/microbench/overlap.cu -o /tmp/overlap
 //   /tmp/overlap
 //
 // A tuning tool, not part of the operator or its tests.
@@ -20,13 +20,14 @@
 #include <random>
 #include <vector>
 
+#include "awq_moe_m1_geometry.h"
 #include "span.cuh"
 
 namespace {
 
 constexpr long long kW13 = 409600 + 102400, kW2 = 204800 + 51200;  // per route, 4-byte records
 constexpr long long kRoute = kW13 + kW2;
-constexpr int kRoutes = 10;
+constexpr int kRoutes = qpn::kRoutes;
 constexpr unsigned kRoute13 = kW13 / 16, kRoute2 = kW2 / 16;  // 16-byte chunks per route
 constexpr unsigned kChunks13 = kRoute13 * kRoutes, kChunks2 = kRoute2 * kRoutes;
 constexpr int kMaxCtas = 1024;

@@ -41,8 +41,8 @@ namespace {
 
 constexpr long long kCodes13 = 409600, kMeta13 = 102400, kCodes2 = 204800, kMeta2 = 51200;
 constexpr long long kRoute = kCodes13 + kMeta13 + kCodes2 + kMeta2;  // an expert, 4-byte records
-constexpr int kRoutes = 10, kCtasB = 160;
-constexpr int kRouteGroups = 800;  // 10 tiles x 80 groups
+constexpr int kRoutes = qpn::kRoutes, kCtasB = qpn::kHidden / 16;
+constexpr int kRouteGroups = qpn::kTiles13 * qpn::kGroups13;  // 10 tiles x 80 groups
 
 __constant__ const char* c_base[kRoutes];
 

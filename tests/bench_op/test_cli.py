@@ -41,3 +41,10 @@ def test_bench_op_without_gpu_fails_with_a_hint_not_a_traceback() -> None:
     assert result.exit_code == 1
     assert "needs a CUDA GPU" in result.output
     assert "Traceback" not in result.output
+
+
+def test_bench_op_rejects_the_removed_tuning_paths() -> None:
+    for name in ("mma884", "polled", "split", "fused-polled"):
+        result = runner.invoke(app, ["bench", "op", "--op-path", name])
+        assert result.exit_code == 2, (name, result.output)
+        assert "auto, v100" in result.output

@@ -130,3 +130,13 @@ def test_op_argument_error_raises_naming_the_argument(
     _, name, args = case
     with pytest.raises(RuntimeError, match=rf"\b{name}\b"):
         torch.ops.qpnserve.awq_moe_m1_out(*args)
+
+
+def test_op_path_takes_0_and_1_and_raises_naming_path_otherwise(banks: ref.Banks) -> None:
+    x, ids, weights = ref.random_inputs(13, EXPERTS)
+    default = run_op(banks, x, ids, weights, path=0)
+    v100 = run_op(banks, x, ids, weights, path=1)
+    assert torch.equal(default[0].view(torch.int16), v100[0].view(torch.int16))
+    for bad in (2, -1, 1 << 22):
+        with pytest.raises(RuntimeError, match=r"\bpath\b"):
+            run_op(banks, x, ids, weights, path=bad)

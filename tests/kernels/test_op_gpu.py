@@ -1,12 +1,16 @@
 """The CUDA operator against the FP64 oracle (issue 3's "Must show" on a GPU): run with -m gpu.
 
-Four forms run on the test GPU: the fused single launch (m16n8k16), the two-kernel form
-(m16n8k16), the split form (m16n8k16; PATH_AUTO's choice on sm_90), and PATH_MMA884 (two
-kernels with the m8n8k4 path that the sm_70 build uses), so the V100 code's arithmetic is tested
-too.
+Both paths run on the test GPU: the device's default (on sm_90 the m16n8k16 kernels with the
+polled hand-off of h) and PATH_V100 (the V100 design, m8n8k4, the kernels the sm_70 build runs),
+so the V100 code's arithmetic is tested too.
 """
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,38 +31,7 @@ from tests.kernels.opcases import (
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_extension")]
 
-# fused = one launch (sm_80+); two_kernels = kernels A and B; split = kernels A (with its W2
-# slice) and C, with and without programmatic dependent launch; mma884 = the V100 path.
-PATH_NO_PDL = 16  # a tuning bit of the path argument: plain launches on sm_90 too
-# Tuning bits of the two-kernel form (csrc/awq_moe_m1_cuda.cu): kernel B holding its W2 loads
-# back 1 us (with kernel A's W2 prefetch off), and W2 prefetched late by A and loaded after the
-# wait by B. Their results must be the form's own.
-PATH_STAGED_1000 = 1024 | (4 << 18)
-PATH_LATE_W2 = 1 << 21
-# The polled form's units in one launch (sm_90 with PDL; elsewhere the default path runs).
-PATH_FUSED_POLLED = 1 << 26
-# The polled form with kernel B of 32-column tiles, 80 CTAs (the default has 160 of 16; sm_90
-# with PDL; elsewhere the default path runs).
-PATH_B32 = 1 << 27
-PATH_B16_LATE = 1 << 28  # the 16-column kernel B dequantizing W2 after its poll (one accumulator)
-PATH_B16_1ACC = 1 << 29  # its MMAs in one accumulator (the default has two: another FP32 order)
-PATH_B16_5ACC = 1 << 30  # five accumulators, one per group
-PATHS = {
-    "fused": ops.PATH_MMA16816 | ops.PATH_FUSED,
-    "two_kernels": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS,
-    "two_kernels_no_pdl": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_NO_PDL,
-    "two_kernels_staged": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_STAGED_1000,
-    "two_kernels_late_w2": ops.PATH_MMA16816 | ops.PATH_TWO_KERNELS | PATH_LATE_W2,
-    "two_kernels_polled": ops.PATH_MMA16816 | ops.PATH_POLLED,
-    "fused_polled": ops.PATH_MMA16816 | PATH_FUSED_POLLED,
-    "polled_b32": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B32,
-    "polled_b16_late": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_LATE,
-    "polled_b16_1acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_1ACC,
-    "polled_b16_5acc": ops.PATH_MMA16816 | ops.PATH_POLLED | PATH_B16_5ACC,
-    "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
-    "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
-    "mma884": ops.PATH_MMA884,
-}
+PATHS = {"default": ops.PATH_DEFAULT, "v100": ops.PATH_V100}
 DEV = "cuda"
 
 
@@ -165,54 +138,150 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
         assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
 
 
-@pytest.mark.parametrize(
-    "variant",
-    [
-        "two_kernels_polled",
-        "fused_polled",
-        "polled_b32",
-        "polled_b16_late",
-        "polled_b16_1acc",
-        "polled_b16_5acc",
-    ],
-)
-def test_gpu_polled_hand_off_takes_each_calls_own_h_in_back_to_back_calls(
-    banks: ref.Banks, variant: str
-) -> None:
-    # Calls on one stream without a host sync between them, each on other inputs (one with every
-    # id invalid): kernel B of a call must take that call's h, never the previous call's. Each
-    # result must equal the same call run alone (the device idle before and after it).
+Call = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+Result = tuple[torch.Tensor, torch.Tensor]
+
+
+def _calls(seeds: range) -> list[Call]:
+    """Inputs of one call per seed (mixed routes for odd seeds), one of them with every id
+    invalid."""
     calls = []
-    for seed in range(30, 38):
+    for seed in seeds:
         x, ids, weights = _cuda(
             *(mixed_routes(seed) if seed % 2 else ref.random_inputs(seed, EXPERTS))
         )
-        if seed == 33:
+        if seed == seeds[3]:
             ids.fill_(-1)
         calls.append((x, ids, weights))
-    polled = [run_op(banks, *call, path=PATHS[variant]) for call in calls]
-    alone = []
+    return calls
+
+
+def _alone(banks: ref.Banks, calls: list[Call]) -> list[Result]:
+    """Each call run with the device idle before and after it."""
+    results = []
     for call in calls:
         torch.cuda.synchronize()
-        alone.append(run_op(banks, *call, path=PATHS[variant]))
+        results.append(run_op(banks, *call))
     torch.cuda.synchronize()
-    for (p_out, p_inter), (a_out, a_inter) in zip(polled, alone, strict=True):
-        assert torch.equal(p_out.view(torch.int16), a_out.view(torch.int16))
-        assert torch.equal(p_inter.view(torch.int16), a_inter.view(torch.int16))
+    return results
 
 
-@pytest.mark.parametrize("variant", ["polled_b32", "polled_b16_late", "polled_b16_1acc"])
-def test_gpu_polled_forms_do_the_waiting_forms_arithmetic_bit_for_bit(
-    banks: ref.Banks, variant: str
-) -> None:
-    # These polled kernels B (80 CTAs of 32 columns; 160 of 16 with one accumulator, dequantizing
-    # early or late) sum every column in the waiting kernel B's order: bit-equal results.
-    x, ids, weights = _cuda(*mixed_routes(39))
-    p_out, p_inter = run_op(banks, x, ids, weights, path=PATHS[variant])
-    w_out, w_inter = run_op(banks, x, ids, weights, path=PATHS["two_kernels"])
+def _assert_bit_equal(got: Result, want: Result) -> None:
+    assert torch.equal(got[0].view(torch.int16), want[0].view(torch.int16))
+    assert torch.equal(got[1].view(torch.int16), want[1].view(torch.int16))
+
+
+def test_gpu_back_to_back_calls_take_each_calls_own_h(banks: ref.Banks) -> None:
+    # Calls on one stream without a host sync between them, each on other inputs: kernel B of a
+    # call must take that call's h (the polled hand-off on sm_90), never the previous call's.
+    calls = _calls(range(30, 38))
+    queued = [run_op(banks, *call) for call in calls]
+    for got, want in zip(queued, _alone(banks, calls), strict=True):
+        _assert_bit_equal(got, want)
+
+
+def test_gpu_overlapping_calls_on_two_streams_match_calls_run_alone(banks: ref.Banks) -> None:
+    # Two layers' calls on two streams with nothing ordering one stream against the other (the
+    # polled hand-off once shared one slot per device and trapped here after about a second):
+    # each stream has its own slot, so every call takes its own h.
+    calls = _calls(range(40, 48))
+    want = _alone(banks, calls)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    got = []
+    for _ in range(3):
+        for i, call in enumerate(calls):
+            with torch.cuda.stream(streams[i % 2]):
+                got.append((i, run_op(banks, *call)))
     torch.cuda.synchronize()
-    assert torch.equal(p_out.view(torch.int16), w_out.view(torch.int16))
-    assert torch.equal(p_inter.view(torch.int16), w_inter.view(torch.int16))
+    for i, result in got:
+        _assert_bit_equal(result, want[i])
+
+
+def test_gpu_graph_replays_beside_eager_calls_on_another_stream_match(banks: ref.Banks) -> None:
+    # A captured call keeps the slot of its capture; eager calls on another stream, overlapping
+    # the replays, have their own.
+    (x, ids, weights), (x2, ids2, weights2) = _calls(range(50, 54))[1:3]
+    want = _alone(banks, [(x, ids, weights), (x2, ids2, weights2)])
+    out = torch.empty(1, 2560, dtype=torch.float16, device=DEV)
+    inter = torch.empty(10, 160, dtype=torch.float16, device=DEV)
+    args = (out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights)
+    torch.ops.qpnserve.awq_moe_m1_out(*args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(4):
+            torch.ops.qpnserve.awq_moe_m1_out(*args)
+    other = torch.cuda.Stream()
+    other.wait_stream(torch.cuda.current_stream())
+    eager = []
+    for _ in range(4):
+        graph.replay()
+        with torch.cuda.stream(other):
+            eager.append(run_op(banks, x2, ids2, weights2))
+    torch.cuda.synchronize()
+    _assert_bit_equal((out, inter), want[0])
+    for result in eager:
+        _assert_bit_equal(result, want[1])
+
+
+# Runs in a child process (its slots are the process's): calls on more streams than the
+# hand-off has slots (64); those past them take h after kernel A's completion instead.
+_MANY_STREAMS_SCRIPT = """
+import sys
+import torch
+torch.ops.load_library(sys.argv[1])
+from qpnserve.kernels import ops
+ops.register_fake_once()
+from qpnserve.kernels import reference as ref
+from tests.kernels.opcases import EXPERTS, mixed_routes, run_op
+for fmt in ref.FORMATS:
+    banks = ref.random_banks(EXPERTS, seed=43, fmt=fmt, device="cuda")
+    x, ids, weights = (t.cuda() for t in mixed_routes(44))
+    want = run_op(banks, x, ids, weights)
+    torch.cuda.synchronize()
+    streams = {}
+    for priority in (0, -1, -2, -3):
+        for _ in range(40):
+            s = torch.cuda.Stream(priority=priority)
+            streams[s.cuda_stream] = s
+    for s in streams.values():
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            out, inter = run_op(banks, x, ids, weights)
+        s.synchronize()
+        assert torch.equal(out.view(torch.int16), want[0].view(torch.int16)), s
+        assert torch.equal(inter.view(torch.int16), want[1].view(torch.int16)), s
+print("streams", len(streams), flush=True)
+"""
+
+
+def _run_child(script: str, library: object) -> subprocess.CompletedProcess[str]:
+    """`script` in a fresh Python (argv[1]: the built library), from the repository root."""
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        [sys.executable, "-c", script, str(library)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=600,
+    )
+
+
+def test_gpu_calls_on_more_streams_than_slots_stay_correct(cuda_extension) -> None:  # type: ignore[no-untyped-def]
+    done = _run_child(_MANY_STREAMS_SCRIPT, cuda_extension.path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    streams = int(done.stdout.split()[-1])
+    # With the default stream's call, one more than the slots: the overflow slot was reached.
+    assert streams >= 64, f"only {streams} distinct streams: the overflow slot was not reached"
+
+
+def test_gpu_path_other_than_0_or_1_raises_naming_path(banks: ref.Banks) -> None:
+    x, ids, weights = _cuda(*ref.random_inputs(12, EXPERTS))
+    for bad in (2, -1, 1 << 22):
+        with pytest.raises(RuntimeError, match=r"\bpath\b"):
+            run_op(banks, x, ids, weights, path=bad)
 
 
 def test_gpu_three_runs_are_bit_identical(banks: ref.Banks, path: int) -> None:
@@ -225,8 +294,8 @@ def test_gpu_three_runs_are_bit_identical(banks: ref.Banks, path: int) -> None:
 
 def test_gpu_paths_agree_within_contract_and_both_are_deterministic(banks: ref.Banks) -> None:
     x, ids, weights = _cuda(*ref.random_inputs(10, EXPERTS))
-    a = run_op(banks, x, ids, weights, path=ops.PATH_MMA16816)
-    b = run_op(banks, x, ids, weights, path=ops.PATH_MMA884)
+    a = run_op(banks, x, ids, weights, path=ops.PATH_DEFAULT)
+    b = run_op(banks, x, ids, weights, path=ops.PATH_V100)
     assert ref.fp16_ulp_distance(a[1].cpu(), b[1].cpu()).mean() < 0.05
 
 
@@ -281,19 +350,7 @@ print("done", flush=True)
 
 
 def test_gpu_argument_errors_raise_naming_the_argument(cuda_extension) -> None:  # type: ignore[no-untyped-def]
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", _ARGUMENT_SCRIPT, str(cuda_extension.path)],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        timeout=600,
-    )
+    done = _run_child(_ARGUMENT_SCRIPT, cuda_extension.path)
     lines = done.stdout.splitlines()
     verdicts = dict(json.loads(line) for line in lines if line.startswith("["))
     assert verdicts, done.stderr[-2000:]
