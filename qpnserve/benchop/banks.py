@@ -14,15 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from qpnserve.benchop.route_bytes import (
-    GROUP,
-    HIDDEN,
-    INTERMEDIATE,
-    NUM_EXPERTS,
-    TOP_K,
-    W13_N,
-    MetaFormat,
-)
+from qpnserve.benchop.route_bytes import MetaFormat
+from qpnserve.geometry import GROUP, HIDDEN, INTERMEDIATE, NUM_EXPERTS, TOP_K, W13_N
 
 # Row offset j of the 8 codes in a word sits in nibble ORDER.index(j) (contract section 3).
 _SHIFT_OF_ROW = [4 * [0, 2, 4, 6, 1, 3, 5, 7].index(j) for j in range(8)]

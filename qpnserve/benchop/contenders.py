@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from qpnserve.benchop.banks import LayerBanks, dequantize
-from qpnserve.benchop.route_bytes import HIDDEN, INTERMEDIATE, TOP_K, W13_N
+from qpnserve.geometry import HIDDEN, INTERMEDIATE, TOP_K, W13_N
 
 
 @dataclass

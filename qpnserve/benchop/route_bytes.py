@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from qpnserve.geometry import GROUP, HIDDEN, INTERMEDIATE, NUM_EXPERTS, TOP_K, W13_N
+from qpnserve.geometry import GROUP, HIDDEN, INTERMEDIATE, TOP_K, W13_N
 
 MetaFormat = Literal["4byte", "3byte"]
-META_FORMATS: tuple[MetaFormat, ...] = ("4byte", "3byte")
 
 # read_floor_m1's launch geometry (csrc/bench_floor.cu): threads per CTA and 16-byte vectors.
 FLOOR_THREADS = 256
@@ -42,11 +41,6 @@ class RouteBytes:
     def per_call(self) -> int:
         """The ten routes' weights and metadata: what one call must stream from memory."""
         return TOP_K * self.per_route
-
-    @property
-    def per_bank_layer(self) -> int:
-        """All 512 experts of one layer: what the benchmark allocates per layer."""
-        return NUM_EXPERTS * self.per_route
 
 
 def route_bytes(fmt: MetaFormat) -> RouteBytes:

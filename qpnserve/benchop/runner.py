@@ -35,16 +35,13 @@ from qpnserve.benchop.contenders import (
 )
 from qpnserve.benchop.route_bytes import (
     FLOOR_LOADS_PER_THREAD,
-    HIDDEN,
-    INTERMEDIATE,
-    NUM_EXPERTS,
-    TOP_K,
     MetaFormat,
     dense_fp16_bytes_per_call,
     floor_sink_len,
     route_bytes,
 )
 from qpnserve.errors import BenchError, CanaryError
+from qpnserve.geometry import HIDDEN, INTERMEDIATE, NUM_EXPERTS, TOP_K
 
 # Replays a recorded sequence of launches: record() -> per-replay times in milliseconds.
 Timer = Callable[[Callable[[], None], int, int], list[float]]

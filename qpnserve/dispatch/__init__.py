@@ -19,6 +19,4 @@ from __future__ import annotations
 
 from qpnserve.dispatch.flag import parse_route_flag
 
-PATCH_ID = "awq_m1_dispatch"
-
-__all__ = ["PATCH_ID", "parse_route_flag"]
+__all__ = ["parse_route_flag"]

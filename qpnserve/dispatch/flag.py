@@ -8,8 +8,6 @@ from __future__ import annotations
 from qpnserve.config import ROUTE_FLAG
 from qpnserve.errors import DispatchError
 
-ACCEPTED_VALUES = ("0", "1")
-
 
 def parse_route_flag(raw: str | None) -> bool:
     """``None`` (unset) or "0" -> False; "1" -> True; anything else raises DispatchError.

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -350,8 +349,3 @@ def load(arch_list: Sequence[str] | str | None = None, cpu_only: bool = False) -
                 hint=f"run `{command}` first (outside the server)",
             )
         return _load_library(candidates[0])
-
-
-def remove_build(key: str) -> None:
-    """Delete one cached build (used by tests and `qpnserve build --force` clean-ups)."""
-    shutil.rmtree(config.build_dir() / key, ignore_errors=True)

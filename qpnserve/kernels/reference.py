@@ -5,7 +5,7 @@ Independent of the operator (numpy, not the C++/CUDA code): tests compare the op
 
 Plain AWQ tensors, per expert (the packer's input):
   codes   (E, K, N) uint8 in 0..15   (W13: K=2560, N=320 in the prepared column order, i.e.
-                                      column 2i = gate_i, 2i+1 = up_i; see ``interleave_gate_up``;
+                                      column 2i = gate_i, 2i+1 = up_i;
                                       W2: K=160, N=2560)
   scales  (E, K/32, N) float16
   zeros   (E, K/32, N) uint8 in 0..15
@@ -45,14 +45,6 @@ def _torch(a: np.ndarray) -> torch.Tensor:
     import torch
 
     return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def interleave_gate_up(gate: Any, up: Any) -> np.ndarray:
-    """(E, K, I) gate and up -> (E, K, 2I) with column 2i = gate_i, 2i+1 = up_i."""
-    g, u = _np(gate), _np(up)
-    out = np.empty((*g.shape[:-1], 2 * g.shape[-1]), dtype=g.dtype)
-    out[..., 0::2], out[..., 1::2] = g, u
-    return out
 
 
 def pack_codes(codes: Any) -> np.ndarray:
@@ -375,12 +367,6 @@ class Banks:
     @property
     def num_experts(self) -> int:
         return int(self.w13.shape[0])
-
-    @property
-    def nbytes_per_expert(self) -> int:
-        return sum(
-            int(t[0].numel() * t.element_size()) for t in (self.w13, self.s13, self.w2, self.s2)
-        )
 
 
 def _random_meta(

@@ -15,7 +15,6 @@ from typing import Any
 from qpnserve.preflight.facts import CheckpointFacts, ShardFacts
 
 INDEX_NAME = "model.safetensors.index.json"
-SINGLE_NAME = "model.safetensors"
 
 
 def _read_json(path: Path) -> tuple[Any, str | None]:

@@ -9,7 +9,8 @@ W13_DRAM + W2_DRAM and handoffs=1 (the grid-wide h hand-off's cost is added to i
 
 from __future__ import annotations
 
-from qpnserve.benchop.route_bytes import TOP_K, route_bytes
+from qpnserve.benchop.route_bytes import route_bytes
+from qpnserve.geometry import TOP_K
 
 from .model import Kernel
 
