@@ -107,9 +107,7 @@ def test_refusal_is_recorded_where_up_reads_it(
     assert "no vllm package" in refusal.reason
 
 
-def test_off_flag_records_no_refusal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_off_flag_records_no_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from qpnserve.config import REPORT_DIR
 
     monkeypatch.setenv(ROUTE_FLAG.name, "0")
