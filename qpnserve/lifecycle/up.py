@@ -39,7 +39,7 @@ from qpnserve.procs import (
 )
 from qpnserve.readiness import wait_ready
 from qpnserve.route_check import expected_moe_layers, route_problems, summarize
-from qpnserve.route_report import read_reports
+from qpnserve.route_report import read_refusals, read_reports
 from qpnserve.state import (
     RunningState,
     clear_running,
@@ -72,8 +72,8 @@ def up(
         say(line)
     with locked(root):
         check_conflicts(root, opts, say)
-        for stale in plan.report_dir.glob("route-rank*.json"):
-            stale.unlink()  # a report of an earlier server must never prove this one
+        for stale in plan.report_dir.glob("route-r*.json"):
+            stale.unlink()  # a report (or refusal) of an earlier server never speaks for this one
         write_desired(root, desired_from(opts))
         popen = start_server(plan.argv, plan.env, plan.cwd, plan.log_path)
         try:
@@ -187,11 +187,26 @@ def _await_ready(
             raise ServerError(
                 "the server was stopped by `qpnserve down` before it was ready"
             ) from None
+        refusal = _first_refusal(Path(running.report_dir))
+        if refusal:  # the plugin stopped the server: its reason, in one line, beats a log tail
+            raise ServerError(
+                f"the server stopped before it was ready: qpnserve's plugin refused the route "
+                f"in {refusal}",
+                hint=f"full log: {running.log_path}",
+            ) from None
         if opts.awq_m1:  # a rank that refused a layer says which one, even if the server died
             rejected = _first_rejection(Path(running.report_dir))
             if rejected:
                 exc.message = f"{exc.message}\nroute report: {rejected}"
         raise
+
+
+def _first_refusal(reports_at: Path) -> str | None:
+    refusals = read_refusals(reports_at)
+    if not refusals:
+        return None
+    first = refusals[0]
+    return f"{first.process} (pid {first.pid}): {first.reason}"
 
 
 def _first_rejection(reports_at: Path) -> str | None:

@@ -40,7 +40,7 @@ def run_preflight(
 
     ``groups`` defaults to all three; ``report.ok`` is True when no check of those groups
     FAILed. ``awq_m1=False`` turns the route-only requirements (a route-capable host, no
-    host variable that disables the path) into warnings.
+    host variable that disables the path, the route's checkpoint contract) into warnings.
     """
     from qpnserve.preflight.checks import machine_checks
     from qpnserve.preflight.checks_checkpoint import checkpoint_checks
@@ -56,7 +56,7 @@ def run_preflight(
     facts = gather_facts(model, chosen, facts_file=facts_file)
     results = machine_checks(facts, chosen, tp, awq_m1)
     if "checkpoint" in chosen:
-        results += checkpoint_checks(facts.checkpoint, tp)
+        results += checkpoint_checks(facts.checkpoint, tp, awq_m1)
     ran: list[Group] = [g for g in ALL_GROUPS if g in chosen]
     return make_report(
         results, facts, ran, tp=tp, awq_m1=awq_m1, model=str(model) if model else None

@@ -263,6 +263,18 @@ def check_coverage(ck: CheckpointFacts) -> CheckResult:
     covered = len(moe_layers) - len(excluded)
     if not moe_layers:
         return _r(name, "SKIP", "no MoE layers in config.json")
+    method = str((layout.quant_config(ck.config or {}) or {}).get("quant_method", "")).lower()
+    if method != "awq":
+        # Unquantized (or otherwise quantized) experts run another MoE method: the route,
+        # which hooks the AWQ one, would cover none of these layers.
+        found = f"quant_method {method!r}" if method else "no quantization_config"
+        return _r(
+            name,
+            "FAIL",
+            f"the route covers none of the {len(moe_layers)} MoE layers: the checkpoint has "
+            f"no AWQ experts ({found})",
+            REQUANTIZE_FIX,
+        )
     if covered == 0:
         return _r(
             name,
@@ -282,7 +294,40 @@ def check_coverage(ck: CheckpointFacts) -> CheckResult:
     return _r(name, "PASS", f"the route covers all {covered} MoE layers")
 
 
-def checkpoint_checks(ck: CheckpointFacts | None, tp: int) -> list[CheckResult]:
+# What only the route needs from a checkpoint: a server without the route loads any model the
+# host can serve, so with the route off these become warnings.
+ROUTE_ONLY_CHECKS = (
+    "checkpoint.config",
+    "checkpoint.quantization",
+    "checkpoint.tensors",
+    "checkpoint.coverage",
+)
+ROUTE_OFF_FIX = "nothing to do while the route is off: the host serves this checkpoint its own way"
+
+
+def route_off(result: CheckResult) -> CheckResult:
+    """A route-only FAIL, for a start without the route: a WARN that says what it means."""
+    if result.name not in ROUTE_ONLY_CHECKS or result.status != "FAIL":
+        return result
+    return result.model_copy(
+        update={
+            "status": "WARN",
+            "reason": f"the route cannot serve this checkpoint: {result.reason}",
+            "fix": ROUTE_OFF_FIX,
+        }
+    )
+
+
+def checkpoint_checks(
+    ck: CheckpointFacts | None, tp: int, awq_m1: bool = True
+) -> list[CheckResult]:
+    """Every checkpoint check; ``awq_m1=False`` (a start without the route) turns the route's
+    requirements into warnings, while a checkpoint the host cannot read still fails."""
+    results = _all_checkpoint_checks(ck, tp)
+    return results if awq_m1 else [route_off(r) for r in results]
+
+
+def _all_checkpoint_checks(ck: CheckpointFacts | None, tp: int) -> list[CheckResult]:
     first = check_path(ck)
     rest = [
         "checkpoint.config",

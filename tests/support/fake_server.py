@@ -1,5 +1,9 @@
 """A stand-in OpenAI-compatible completions server for tests. It is NOT vLLM and says so.
 
+Kept beside the real-vLLM suite (tests/e2e) for what vLLM cannot do on demand: exact timing
+(so the metrics can be checked against known values), and misbehaviour (empty, truncated or
+degenerate streams, a server that drops the connection mid-run).
+
 Plain ASGI (no framework), served by uvicorn. It streams deterministic tokens with controlled
 timing and can misbehave on purpose, so the benchmark client and the lifecycle stages can be
 tested against a real HTTP server process without a GPU.

@@ -1,0 +1,150 @@
+"""One real vLLM server through its whole life, driven by the qpnserve CLI: `up --no-awq-m1
+--detach` -> ready -> `status` -> the plugin idle in every vLLM process -> `bench smoke` C1 and
+C4 twice -> `bench compare` -> a second `up` on its port -> `down`. The tests run in file order
+and share the server (one start costs 20+ s of the 2-core budget)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e import plugin_probe
+from tests.e2e.conftest import (
+    Server,
+    ensure_stopped,
+    live,
+    new_server,
+    server_pids,
+    wait_until_gone,
+)
+
+pytestmark = pytest.mark.e2e
+
+OUTPUT_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def server(scratch: Path, tiny_model: Path) -> Iterator[Server]:
+    srv = new_server(scratch, tiny_model, "lifecycle")
+    probe_site = scratch / "probe-site"
+    plugin_probe.install(probe_site)
+    srv.env["PYTHONPATH"] = os.pathsep.join([str(probe_site), srv.env["PYTHONPATH"]])
+    srv.env["QPNSERVE_E2E_PROBE_DIR"] = str(scratch / "probe-records")
+    srv.env["VLLM_PLUGINS"] = "qpnserve_e2e_probe"  # `up` keeps the user's names and adds its own
+    srv.up_result = srv.cli(*srv.up_args("--no-awq-m1", "--detach"), timeout_s=600)
+    yield srv
+    ensure_stopped(srv)
+
+
+def test_up_detached_returns_once_the_server_generates(server: Server) -> None:
+    done = server.up_result
+    assert done is not None and done.returncode == 0, done.stderr
+    assert "ready at http://127.0.0.1:" in done.stderr
+    assert "VLLM_SM70_AWQ_QWEN38_QPN_M1=0" in done.stderr
+    body = {"model": server.model.name, "prompt": "Hello", "max_tokens": 4, "temperature": 0}
+    resp = httpx.post(f"http://127.0.0.1:{server.port}/v1/completions", json=body, timeout=60)
+    assert resp.status_code == 200
+    assert resp.json()["usage"]["completion_tokens"] >= 1
+
+
+def test_status_shows_the_running_group_and_the_route_off(server: Server) -> None:
+    done = server.cli("status", "--json")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["server"] == "ready"
+    assert status["healthy"] is True
+    assert status["running"]["route_flag"] == "0"
+    assert status["restart_needed"] is False
+    # API server, EngineCore, worker (and multiprocessing's resource tracker): one group.
+    assert len(status["group_pids"]) >= 3
+    assert status["route_text"].startswith("off (")
+
+
+def test_plugin_is_called_and_idle_in_every_vllm_process(server: Server, scratch: Path) -> None:
+    records = [json.loads(p.read_text()) for p in (scratch / "probe-records").glob("*.json")]
+    record = server.running_record()
+    assert record is not None
+    assert "qpnserve_e2e_probe,qpnserve_awq_m1" in server.up_result.stderr  # type: ignore[union-attr]
+    # vLLM calls general plugins in its API server, EngineCore and worker (and in short-lived
+    # helper processes the API server starts, gone by now); in each, qpnserve's plugin read
+    # the flag `up` set and decided "off".
+    leader = int(str(record["pid"]))
+    by_name = {r["process"]: r["pid"] for r in records if r["pid"] != leader}
+    assert leader in {r["pid"] for r in records}, records
+    worker = next((n for n in by_name if n.startswith("VllmWorker")), None)
+    assert "EngineCore" in by_name and worker is not None, records
+    assert {by_name["EngineCore"], by_name[worker]} <= set(server_pids(leader))
+    for r in records:
+        assert r["qpnserve_plugin_imported"] is True, r
+        assert r["decisions"] == [{"flag": "0", "route_on": False}], r
+    # Off means no route report and no refusal, and not a line of its own in the log.
+    assert list((server.state_dir / "reports").glob("*")) == []
+    assert "qpnserve AWQ M1" not in server.log_text()
+
+
+def _smoke(server: Server, out: Path) -> dict[str, object]:
+    done = server.cli(
+        "bench",
+        "smoke",
+        "--concurrency",
+        "1,4",
+        "--output-tokens",
+        str(OUTPUT_TOKENS),
+        "--prompt-tokens",
+        "64",
+        "--out",
+        str(out),
+        timeout_s=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def test_bench_smoke_measures_c1_and_c4_at_a_fixed_length_twice_and_compares(
+    server: Server, scratch: Path
+) -> None:
+    first = _smoke(server, scratch / "smoke-a.json")
+    second = _smoke(server, scratch / "smoke-b.json")
+    for report in (first, second):
+        assert report["complete"] is True
+        assert report["canary"]["passed"] is True  # type: ignore[index]
+        cells = {c["concurrency"]: c for c in report["cells"]}  # type: ignore[attr-defined]
+        assert set(cells) == {1, 4}
+        for cell in cells.values():
+            assert cell["pure_decode_tok_s"] > 0
+            # ignore_eos: every stream is exactly the asked length, counted from vLLM's usage.
+            assert {r["tokens_received"] for r in cell["per_request"]} == {OUTPUT_TOKENS}
+    done = server.cli(
+        "bench", "compare", str(scratch / "smoke-a.json"), str(scratch / "smoke-b.json")
+    )
+    assert done.returncode == 0, done.stderr
+    assert "C1" in done.stdout + done.stderr and "C4" in done.stdout + done.stderr
+
+
+def test_up_on_the_port_of_a_running_vllm_is_a_conflict(server: Server, scratch: Path) -> None:
+    other = new_server(scratch, server.model, "port-clash")
+    other.port = server.port
+    done = other.cli(*other.up_args("--no-awq-m1", "--detach"))
+    assert done.returncode == 4, done.stderr
+    assert f"port {server.port} on 127.0.0.1 is already in use by pid" in done.stderr
+    assert other.running_record() is None
+
+
+def test_down_stops_every_process_of_the_group_and_clears_the_state(server: Server) -> None:
+    record = server.running_record()
+    assert record is not None
+    pids = server_pids(int(str(record["pid"])))
+    assert len(live(pids)) >= 3
+    done = server.cli("down", "--timeout-s", "30")
+    assert done.returncode == 0, done.stderr
+    assert wait_until_gone(pids, timeout_s=5) == []
+    assert server.running_record() is None
+    status = json.loads(server.cli("status", "--json").stdout)
+    assert status["server"] == "not running"
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{server.port}/health", timeout=2)
