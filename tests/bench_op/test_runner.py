@@ -49,7 +49,7 @@ def test_bench_refuses_op_with_wrong_intermediate(small_config: BenchConfig) -> 
         intermediate[3, 7] += 0.01 * float(intermediate.abs().max()) + 0.01
 
     timer = ScriptedTimer([0.001])
-    with pytest.raises(CanaryError, match="intermediate off by"):
+    with pytest.raises(CanaryError, match="layer 0 output is wrong \\(intermediate: max ulps"):
         run_bench(small_config, make_ops(op=wrong_h, timer=timer), CPU)
     assert timer.calls == 0
 
