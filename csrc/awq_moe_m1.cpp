@@ -168,8 +168,8 @@ TORCH_LIBRARY(qpnserve, m) {
   m.def(
       "awq_moe_m1_out(Tensor(a!) out, Tensor(b!) intermediate, Tensor x, Tensor w13, "
       "Tensor s13, Tensor w2, Tensor s2, Tensor ids, Tensor weights) -> ()");
-  // Same, with the CUDA inner-product path pinned (0 auto, 1 m16n8k16, 2 m8n8k4): lets the
-  // sm_70 (m8n8k4) path be tested on newer GPUs. The CPU implementation ignores it.
+  // Same, with the CUDA path pinned (0 auto, 1 m16n8k16, 2 m8n8k4, 3 the V100 design): lets
+  // the sm_70 (m8n8k4) paths be tested on newer GPUs. The CPU implementation ignores it.
   m.def(
       "awq_moe_m1_out_path(Tensor(a!) out, Tensor(b!) intermediate, Tensor x, Tensor w13, "
       "Tensor s13, Tensor w2, Tensor s2, Tensor ids, Tensor weights, int path) -> ()");

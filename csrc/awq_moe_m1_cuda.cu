@@ -14,12 +14,13 @@
 
 #include "awq_moe_m1_checks.h"
 #include "awq_moe_m1_kernels.cuh"
+#include "awq_moe_m1_sm70_launch.h"
 #include "pdl_launch.h"
 
 namespace qpnserve {
 namespace {
 
-enum Path : int64_t { kAuto = 0, kMma16816 = 1, kMma884 = 2 };
+enum Path : int64_t { kAuto = 0, kMma16816 = 1, kMma884 = 2, kV100Design = 3 };
 
 // Whether kernel B's device code for this GPU contains griddepcontrol (built for sm_90+). A build
 // that only carries older code must not be launched with the programmatic attribute, because
@@ -289,8 +290,9 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
   TORCH_CHECK(out.is_cuda(), "awq_moe_m1_out: out must be a CUDA tensor");
   const MetaFormat format = check_args(out, intermediate, x, w13, s13, w2, s2, ids, weights);
   const int64_t diag = path & kDiagBits;
-  TORCH_CHECK((path & ~(kPathMask | kDiagBits)) == 0 && (path & kPathMask) != 3,
-              "awq_moe_m1_out_path: path must be 0 (auto), 1 (m16n8k16) or 2 (m8n8k4), got ",
+  TORCH_CHECK((path & ~(kPathMask | kDiagBits)) == 0 && ((path & kPathMask) != kV100Design || diag == 0),
+              "awq_moe_m1_out_path: path must be 0 (auto), 1 (m16n8k16), 2 (m8n8k4) or 3 (the "
+              "V100 design), got ",
               qpn_text::num(path));
   path &= kPathMask;
   const c10::cuda::CUDAGuard guard(out.device());
@@ -298,8 +300,17 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
   const int cc_major = at::cuda::getDeviceProperties(device)->major;  // cached by torch
   TORCH_CHECK(cc_major >= 7, "awq_moe_m1_out: needs compute capability 7.0 or newer, device ",
               qpn_text::num(device), " has ", qpn_text::num(cc_major), ".x");
+  // The V100 design (awq_moe_m1_sm70.cuh): the default below sm_90 where its grid fits, and
+  // forced by path 3 on any GPU with mma.m8n8k4 (an error where its grid cannot be resident).
+  const bool v100_design =
+      path == kV100Design ||
+      (path == kAuto && diag == 0 && cc_major < 9 && sm70_design_fits(device));
+  TORCH_CHECK(!v100_design || path == kAuto || sm70_design_fits(device),
+              "awq_moe_m1_out_path: the V100 design needs its ", qpn_text::num(qpn::kV100Ctas),
+              " CTAs co-resident and cooperative launch; device ", qpn_text::num(device),
+              " cannot");
   const bool use884 = path == kMma884 || (path == kAuto && cc_major < 8);
-  TORCH_CHECK(use884 || cc_major >= 8,
+  TORCH_CHECK(v100_design || use884 || cc_major >= 8,
               "awq_moe_m1_out_path: the m16n8k16 path needs compute capability 8.0 or newer");
 
   qpn::MoeArgs args{};
@@ -319,6 +330,10 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
   const bool meta3 = format == MetaFormat::kThreeByte;
+  if (v100_design) {
+    launch_sm70(args, meta3, stream);
+    return;
+  }
   if (meta3 && use884) launch<true, true>(args, stream, device, cc_major, diag);
   else if (meta3) launch<true, false>(args, stream, device, cc_major, diag);
   else if (use884) launch<false, true>(args, stream, device, cc_major, diag);

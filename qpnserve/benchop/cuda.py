@@ -134,6 +134,7 @@ OP_PATHS = {
     "auto": 0,
     "mma16816": 1,
     "mma884": 2,
+    "v100": 3,
     "fused": 1 | 512,
     "two-kernels": 1 | 256,
     "split": 1 | 4096,
@@ -144,6 +145,16 @@ OP_PATHS = {
     "polled-b16-1acc": 1 | (1 << 29),
     "polled-b16-5acc": 1 | (1 << 30),
 }
+
+
+def pinned_path_label(op_path: str, gpu_name: str, capability: tuple[int, int]) -> str | None:
+    """What the op's figures are when its path is pinned to the V100 design: on any GPU but a
+    V100 (sm_70) they time that design's code on another chip, never a V100 speed."""
+    if op_path != "v100":
+        return None
+    if capability == (7, 0):
+        return f"op: the V100 design on a {gpu_name} (this GPU's default path)"
+    return f"op: the V100 design on an {gpu_name} (not a V100 speed)"
 
 
 def cuda_ops(
@@ -182,6 +193,11 @@ def cuda_ops(
             pinned(*args, path)
 
         notes.append(f"op path pinned to {op_path} (awq_moe_m1_out_path, path={path})")
+        label = pinned_path_label(
+            op_path, torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
+        )
+        if label:
+            notes.append(label)
     timer = GraphTimer()
     return BenchOps(
         op=op,

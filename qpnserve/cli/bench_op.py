@@ -21,6 +21,7 @@ OP_PATH_NAMES = (
     "auto",
     "mma16816",
     "mma884",
+    "v100",
     "fused",
     "two-kernels",
     "split",
@@ -56,7 +57,9 @@ def bench_op(
     op_path: str = typer.Option(
         "auto",
         "--op-path",
-        help="Pin the op's path: auto, mma16816, mma884 (the V100 path), fused, two-kernels,"
+        help="Pin the op's path: auto, mma16816, mma884 (the two-kernel form on m8n8k4), v100"
+        " (the V100 design, one cooperative launch; on another GPU labelled as such, not a V100"
+        " speed), fused, two-kernels,"
         " split or polled (the launch form on sm_80+; auto takes polled on sm_90: kernel B polls"
         " h as kernel A publishes it; two-kernels: kernel B waits for kernel A's completion;"
         " fused-polled: the polled units in one launch, a tuning candidate; polled-b32: the"

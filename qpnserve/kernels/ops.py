@@ -20,7 +20,11 @@ PATH_OP_NAME = "qpnserve::awq_moe_m1_out_path"
 # Inner-product paths of the CUDA implementation (the CPU implementation has one).
 PATH_AUTO = 0  # m8n8k4 (HMMA.884) below sm_80, m16n8k16 from sm_80
 PATH_MMA16816 = 1
-PATH_MMA884 = 2  # the V100 path; also runs on newer GPUs, so it can be tested there
+PATH_MMA884 = 2  # the two-kernel form on m8n8k4 (the V100 path before PATH_V100)
+# The V100 design (csrc/awq_moe_m1_sm70.cuh): one cooperative launch of 80 co-resident CTAs. The
+# default below sm_90 where its grid fits; this value forces it on any GPU (an error where its
+# grid cannot be co-resident), so the H200 can test it.
+PATH_V100 = 3
 # Launch forms (sm_80+, flags). PATH_AUTO takes the two-kernel form (kernel A: W13 and SwiGLU,
 # kernel B: W2 and the route combine); on sm_90 with programmatic dependent launch kernel B
 # polls h as kernel A publishes it (PATH_POLLED pins that), PATH_TWO_KERNELS pins kernel B

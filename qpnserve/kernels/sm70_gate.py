@@ -24,8 +24,12 @@ from qpnserve.errors import BuildError
 from qpnserve.resources import resource_dir
 
 HEADER = "awq_moe_m1_kernels.cuh"
+# The V100 design (one cooperative launch) lives in its own header.
+SM70_DESIGN_HEADER = "awq_moe_m1_sm70.cuh"
 # (readable name, name expression, runs on sm_70?)
 KERNELS: tuple[tuple[str, str, bool], ...] = (
+    ("v100 design 4-byte m8n8k4", "qpn::v100_moe_kernel<false>", True),
+    ("v100 design 3-byte m8n8k4", "qpn::v100_moe_kernel<true>", True),
     ("w13_swiglu 4-byte m8n8k4", "qpn::w13_swiglu_kernel<false, true>", True),
     ("w13_swiglu 3-byte m8n8k4", "qpn::w13_swiglu_kernel<true, true>", True),
     ("w2_combine 4-byte m8n8k4", "qpn::w2_combine_kernel<false, true>", True),
@@ -162,7 +166,7 @@ def nvrtc_version() -> str:
 
 def compile_ptx(arch: str = "70") -> tuple[str, dict[str, str], str]:
     """NVRTC: the header's kernels -> (PTX, name expression -> mangled name, NVRTC version)."""
-    source = f'#include "{HEADER}"\n'.encode()
+    source = f'#include "{HEADER}"\n#include "{SM70_DESIGN_HEADER}"\n'.encode()
     exprs = [expr for _, expr, _ in KERNELS]
     ptx, lowered = nvrtc_compile(source, "sm70_gate.cu", exprs, arch)
     return ptx, lowered, nvrtc_version()

@@ -41,3 +41,24 @@ def test_bench_op_without_gpu_fails_with_a_hint_not_a_traceback() -> None:
     assert result.exit_code == 1
     assert "needs a CUDA GPU" in result.output
     assert "Traceback" not in result.output
+
+
+def test_v100_design_pinned_on_another_gpu_is_labelled_not_a_v100_speed() -> None:
+    from qpnserve.benchop.cuda import pinned_path_label
+
+    label = pinned_path_label("v100", "NVIDIA H200", (9, 0))
+    assert label == "op: the V100 design on an NVIDIA H200 (not a V100 speed)"
+
+
+def test_v100_design_on_a_v100_is_labelled_as_its_default() -> None:
+    from qpnserve.benchop.cuda import pinned_path_label
+
+    label = pinned_path_label("v100", "Tesla V100-PCIE-32GB", (7, 0))
+    assert label is not None and "default" in label and "not a V100" not in label
+
+
+def test_other_pinned_paths_get_no_v100_label() -> None:
+    from qpnserve.benchop.cuda import OP_PATHS, pinned_path_label
+
+    assert OP_PATHS["v100"] == 3
+    assert pinned_path_label("mma884", "NVIDIA H200", (9, 0)) is None

@@ -1,9 +1,9 @@
 """The CUDA operator against the FP64 oracle (issue 3's "Must show" on a GPU): run with -m gpu.
 
-Four forms run on the test GPU: the fused single launch (m16n8k16), the two-kernel form
-(m16n8k16), the split form (m16n8k16; PATH_AUTO's choice on sm_90), and PATH_MMA884 (two
-kernels with the m8n8k4 path that the sm_70 build uses), so the V100 code's arithmetic is tested
-too.
+Every form runs on the test GPU: the fused single launch (m16n8k16), the two-kernel form
+(m16n8k16), the split form (m16n8k16), the polled form (PATH_AUTO's choice on sm_90),
+PATH_MMA884 (two kernels on m8n8k4) and PATH_V100 (the V100 design, one cooperative launch on
+m8n8k4, the default below sm_90), so the V100 code's arithmetic is tested too.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ PATHS = {
     "split": ops.PATH_MMA16816 | ops.PATH_SPLIT,
     "split_no_pdl": ops.PATH_MMA16816 | ops.PATH_SPLIT | PATH_NO_PDL,
     "mma884": ops.PATH_MMA884,
+    "v100": ops.PATH_V100,
 }
 DEV = "cuda"
 
@@ -213,6 +214,92 @@ def test_gpu_polled_forms_do_the_waiting_forms_arithmetic_bit_for_bit(
     torch.cuda.synchronize()
     assert torch.equal(p_out.view(torch.int16), w_out.view(torch.int16))
     assert torch.equal(p_inter.view(torch.int16), w_inter.view(torch.int16))
+
+
+def test_gpu_v100_design_graph_replay_with_new_inputs_equals_eager_bit_for_bit(
+    banks: ref.Banks,
+) -> None:
+    # The cooperative launch captured in a CUDA graph: every replay on new inputs gives the eager
+    # call's bits.
+    x, ids, weights = _cuda(*mixed_routes(12))
+    out = torch.empty(1, 2560, dtype=torch.float16, device=DEV)
+    inter = torch.empty(10, 160, dtype=torch.float16, device=DEV)
+    args = (out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights, ops.PATH_V100)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.ops.qpnserve.awq_moe_m1_out_path(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.ops.qpnserve.awq_moe_m1_out_path(*args)
+    for seed in range(40, 46):
+        new_x, new_ids, new_w = mixed_routes(seed) if seed % 2 else ref.random_inputs(seed, EXPERTS)
+        x.copy_(new_x)
+        ids.copy_(new_ids)
+        weights.copy_(new_w)
+        out.fill_(float("nan"))
+        inter.fill_(float("nan"))
+        graph.replay()
+        eager_out, eager_inter = run_op(banks, x, ids, weights, path=ops.PATH_V100)
+        torch.cuda.synchronize()
+        assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16))
+        assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
+
+
+@pytest.mark.parametrize("with_graphs", [False, True], ids=["eager", "graphs"])
+def test_gpu_v100_design_calls_in_flight_on_two_streams_give_each_calls_own_result(
+    banks: ref.Banks, with_graphs: bool
+) -> None:
+    # Two layers' calls in flight at once, on two streams, with their own inputs and outputs
+    # (as eager launches or as two captured graphs replayed together): the V100 design shares no
+    # state between calls, so each result must equal its call run alone, and nothing may trap.
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    calls = []
+    for seed in (50, 51):
+        x, ids, weights = _cuda(*mixed_routes(seed))
+        out = torch.empty(1, 2560, dtype=torch.float16, device=DEV)
+        inter = torch.empty(10, 160, dtype=torch.float16, device=DEV)
+        calls.append((out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights))
+    alone = [run_op(banks, c[2], c[7], c[8], path=ops.PATH_V100) for c in calls]
+    torch.cuda.synchronize()
+
+    def enqueue(i: int, rounds: int) -> None:
+        for _ in range(rounds):
+            torch.ops.qpnserve.awq_moe_m1_out_path(*calls[i], ops.PATH_V100)
+
+    if with_graphs:
+        graphs = []
+        for i, stream in enumerate(streams):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                enqueue(i, 1)  # warm-up outside the capture
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                enqueue(i, 20)
+            graphs.append(graph)
+        torch.cuda.synchronize()
+        for graph, stream in zip(graphs, streams, strict=True):
+            with torch.cuda.stream(stream):
+                graph.replay()
+    else:
+        for stream in streams:
+            stream.wait_stream(torch.cuda.current_stream())
+        for _ in range(20):
+            for i, stream in enumerate(streams):
+                with torch.cuda.stream(stream):
+                    enqueue(i, 1)
+    torch.cuda.synchronize()
+    for call, (a_out, a_inter) in zip(calls, alone, strict=True):
+        assert torch.equal(call[0].view(torch.int16), a_out.view(torch.int16))
+        assert torch.equal(call[1].view(torch.int16), a_inter.view(torch.int16))
+
+
+def test_gpu_v100_design_refuses_tuning_bits(banks: ref.Banks) -> None:
+    x, ids, weights = _cuda(*mixed_routes(13))
+    with pytest.raises(RuntimeError, match="path must be"):
+        run_op(banks, x, ids, weights, path=ops.PATH_V100 | PATH_NO_PDL)
 
 
 def test_gpu_three_runs_are_bit_identical(banks: ref.Banks, path: int) -> None:
