@@ -139,19 +139,31 @@ def test_gpu_all_invalid_ids_give_all_zero_outputs(banks: ref.Banks, path: int) 
     assert torch.equal(inter, torch.zeros_like(inter))
 
 
-def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Banks) -> None:
+@pytest.mark.parametrize("graph_path", [None, ops.PATH_V100], ids=["default", "v100"])
+def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(
+    banks: ref.Banks, graph_path: int | None
+) -> None:
+    # The default path, and the V100 design's cooperative launch captured in a graph: every
+    # replay on new inputs gives the eager call's bits.
     x, ids, weights = _cuda(*mixed_routes(8))
     out = torch.empty(1, 2560, dtype=torch.float16, device=DEV)
     inter = torch.empty(10, 160, dtype=torch.float16, device=DEV)
     args = (out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights)
+
+    def call() -> None:
+        if graph_path is None:
+            torch.ops.qpnserve.awq_moe_m1_out(*args)
+        else:
+            torch.ops.qpnserve.awq_moe_m1_out_path(*args, graph_path)
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        torch.ops.qpnserve.awq_moe_m1_out(*args)
+        call()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        torch.ops.qpnserve.awq_moe_m1_out(*args)
+        call()
     for seed in range(20, 26):
         new_x, new_ids, new_w = mixed_routes(seed) if seed % 2 else ref.random_inputs(seed, EXPERTS)
         x.copy_(new_x)
@@ -160,7 +172,7 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
         out.fill_(float("nan"))
         inter.fill_(float("nan"))
         graph.replay()
-        eager_out, eager_inter = run_op(banks, x, ids, weights)
+        eager_out, eager_inter = run_op(banks, x, ids, weights, path=graph_path)
         torch.cuda.synchronize()
         assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16))
         assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
@@ -214,37 +226,6 @@ def test_gpu_polled_forms_do_the_waiting_forms_arithmetic_bit_for_bit(
     torch.cuda.synchronize()
     assert torch.equal(p_out.view(torch.int16), w_out.view(torch.int16))
     assert torch.equal(p_inter.view(torch.int16), w_inter.view(torch.int16))
-
-
-def test_gpu_v100_design_graph_replay_with_new_inputs_equals_eager_bit_for_bit(
-    banks: ref.Banks,
-) -> None:
-    # The cooperative launch captured in a CUDA graph: every replay on new inputs gives the eager
-    # call's bits.
-    x, ids, weights = _cuda(*mixed_routes(12))
-    out = torch.empty(1, 2560, dtype=torch.float16, device=DEV)
-    inter = torch.empty(10, 160, dtype=torch.float16, device=DEV)
-    args = (out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights, ops.PATH_V100)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.ops.qpnserve.awq_moe_m1_out_path(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        torch.ops.qpnserve.awq_moe_m1_out_path(*args)
-    for seed in range(40, 46):
-        new_x, new_ids, new_w = mixed_routes(seed) if seed % 2 else ref.random_inputs(seed, EXPERTS)
-        x.copy_(new_x)
-        ids.copy_(new_ids)
-        weights.copy_(new_w)
-        out.fill_(float("nan"))
-        inter.fill_(float("nan"))
-        graph.replay()
-        eager_out, eager_inter = run_op(banks, x, ids, weights, path=ops.PATH_V100)
-        torch.cuda.synchronize()
-        assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16))
-        assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
 
 
 @pytest.mark.parametrize("with_graphs", [False, True], ids=["eager", "graphs"])
