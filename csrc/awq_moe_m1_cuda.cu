@@ -290,7 +290,8 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
   TORCH_CHECK(out.is_cuda(), "awq_moe_m1_out: out must be a CUDA tensor");
   const MetaFormat format = check_args(out, intermediate, x, w13, s13, w2, s2, ids, weights);
   const int64_t diag = path & kDiagBits;
-  TORCH_CHECK((path & ~(kPathMask | kDiagBits)) == 0 && ((path & kPathMask) != kV100Design || diag == 0),
+  TORCH_CHECK((path & ~(kPathMask | kDiagBits)) == 0 &&
+                  ((path & kPathMask) != kV100Design || diag == 0),
               "awq_moe_m1_out_path: path must be 0 (auto), 1 (m16n8k16), 2 (m8n8k4) or 3 (the "
               "V100 design), got ",
               qpn_text::num(path));
