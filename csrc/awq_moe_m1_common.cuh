@@ -1,8 +1,8 @@
 // What both forms of the AWQ M1 operator's kernels share: the launch geometry, the kernel
 // arguments, the polled hand-off's state, relaxed accesses and SwiGLU. The forms are in
-// awq_moe_m1_two_kernel.cuh (unit A and the sm_90 default) and awq_moe_m1_sm70_current.cuh (the
-// V100 path's kernel B); awq_moe_m1_kernels.cuh includes them all. Needs nothing but
-// cuda_fp16.h (NVRTC compiles it for the sm_70 gate).
+// awq_moe_m1_two_kernel.cuh (unit A and the sm_90 default) and awq_moe_m1_sm70.cuh (the V100
+// design); awq_moe_m1_kernels.cuh includes them all. Needs nothing but cuda_fp16.h (NVRTC
+// compiles it for the sm_70 gate).
 
 #pragma once
 
@@ -10,21 +10,14 @@
 
 namespace qpn {
 
-// Kernel A geometry: 100 CTAs of warps_a() warps; each warp owns kGroups13 / warps_a() groups.
-// The m8n8k4 (V100) configuration uses 8 warps: its 32 accumulator registers per lane would
-// spill under the 64-register cap that two 512-thread CTAs per SM impose, and V100 needs two
-// CTAs per SM (100 CTAs on 80 SMs) to run kernel A in one wave. sm_90 uses 16 warps.
-__host__ __device__ constexpr int warps_a(bool mma884) { return mma884 ? 8 : 16; }
-constexpr int kWarpsB = kRoutes;
-// Kernel A's loads in flight per warp, in groups (512 B of codes + metadata each). V100 needs
-// only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (2 CTAs x 256 threads x
-// 3 groups x 32 B = 48 KB here); sm_80+ issues all of a warp's loads at once.
+constexpr int kWarpsB = kRoutes;  // a W2 unit: one warp per route
+// A unit A's loads in flight per warp, in groups (512 B of codes + metadata each). A V100 needs
+// only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (the V100 design's one
+// CTA of 10 warps x 3 groups x 512 B = 15 KB); sm_80+ issues all of a warp's loads at once.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr int kMaxDepthA = 3;
-#define QPN_A_MIN_BLOCKS 2
 #else
 constexpr int kMaxDepthA = kGroups13;
-#define QPN_A_MIN_BLOCKS 1
 #endif
 
 // The polled hand-off of h (the sm_90 default): kernel A publishes each pair of h values with
