@@ -36,13 +36,16 @@ constexpr int kMaxDepthA = kGroups13;
 // intermediate after kernel A's completion instead (MoeArgs::tagged = 0).
 // Kernel B never polls for long (kMaxPolls): past that it takes the same completion path, so a
 // broken slot (calls raced on it) costs time, never a hang or a trap.
-// 16-byte aligned: kernel B polls the words with 16-byte loads, in every slot of the array.
-struct alignas(16) PolledH {
+// 128-byte aligned: kernel B polls the words with 16-byte loads, and every slot of the array
+// then lays its rows of h and its epoch/arrival words out on 128 B lines as slot 0 does (the
+// counters on a line of their own). With 16-byte slots the H200's bench op graphs, which run on
+// a slot other than 0, took 0.5 us more per layer than with every call on slot 0.
+struct alignas(128) PolledH {
   unsigned long long words[kRoutes][kInter / 2];  // (tag << 32) | h[2j + 1] << 16 | h[2j]
   unsigned epoch;    // the tag of the last completed call
   unsigned arrived;  // units B of this call counted in
 };
-static_assert(sizeof(PolledH) % 16 == 0, "every slot of an array starts 16-byte aligned");
+static_assert(sizeof(PolledH) % 128 == 0, "every slot of an array starts 128-byte aligned");
 constexpr int kPolledSlots = 64;
 // A poll is one L2 round trip (0.25-0.5 us on an H200), so this is 1-2 ms, hundreds of times
 // kernel A's 5 us: without the tag by then the slot is not this call's alone (or the GPU is
