@@ -139,6 +139,15 @@ def load_params(instrs: list[str]) -> list[int | None]:
     return found
 
 
+def _retire(pending: list[tuple[set[str], int]], read: set[str]) -> None:
+    """An instruction that reads a pending load's registers waits for it, and loads complete in
+    order: that load and every older one are no longer in flight."""
+    for i in range(len(pending) - 1, -1, -1):
+        if pending[i][0] & read:
+            del pending[: i + 1]
+            return
+
+
 def loads_in_flight(instrs: list[str], params: set[int] | None) -> tuple[int, int]:
     """max_loads_in_flight, counting only the loads whose address derives from ``params``."""
     from_param = load_params(instrs)
@@ -156,11 +165,7 @@ def loads_in_flight(instrs: list[str], params: set[int] | None) -> tuple[int, in
                 if nbytes > best_bytes:
                     best_count, best_bytes = count, nbytes
             continue
-        read = _regs_read(ins)
-        for i in range(len(pending) - 1, -1, -1):
-            if pending[i][0] & read:
-                del pending[: i + 1]
-                break
+        _retire(pending, _regs_read(ins))
     return best_count, best_bytes
 
 
@@ -209,11 +214,7 @@ def epilogue_split(instrs: list[str], params: set[int]) -> tuple[int, int, int]:
                 tail_bytes = sum(b for _, b in pending)
             n_load += 1
             continue
-        read = _regs_read(ins)
-        for k in range(len(pending) - 1, -1, -1):
-            if pending[k][0] & read:
-                del pending[: k + 1]
-                break
+        _retire(pending, _regs_read(ins))
     if last < 0:
         return 0, 0, 0
     exit_at = len(instrs) - 1
