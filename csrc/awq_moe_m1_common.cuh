@@ -1,8 +1,8 @@
 // What both forms of the AWQ M1 operator's kernels share: the launch geometry, the kernel
 // arguments, the polled hand-off's state, relaxed accesses and SwiGLU. The forms are in
-// awq_moe_m1_two_kernel.cuh (unit A and the sm_90 default) and awq_moe_m1_sm70_current.cuh (the
-// V100 path's kernel B); awq_moe_m1_kernels.cuh includes them all. Needs nothing but
-// cuda_fp16.h (NVRTC compiles it for the sm_70 gate).
+// awq_moe_m1_two_kernel.cuh (unit A and the sm_90 default) and awq_moe_m1_sm70.cuh (the V100
+// design); awq_moe_m1_kernels.cuh includes them all. Needs nothing but cuda_fp16.h (NVRTC
+// compiles it for the sm_70 gate).
 
 #pragma once
 
@@ -10,21 +10,14 @@
 
 namespace qpn {
 
-// Kernel A geometry: 100 CTAs of warps_a() warps; each warp owns kGroups13 / warps_a() groups.
-// The m8n8k4 (V100) configuration uses 8 warps: its 32 accumulator registers per lane would
-// spill under the 64-register cap that two 512-thread CTAs per SM impose, and V100 needs two
-// CTAs per SM (100 CTAs on 80 SMs) to run kernel A in one wave. sm_90 uses 16 warps.
-__host__ __device__ constexpr int warps_a(bool mma884) { return mma884 ? 8 : 16; }
-constexpr int kWarpsB = kRoutes;
-// Kernel A's loads in flight per warp, in groups (512 B of codes + metadata each). V100 needs
-// only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (2 CTAs x 256 threads x
-// 3 groups x 32 B = 48 KB here); sm_80+ issues all of a warp's loads at once.
+constexpr int kWarpsB = kRoutes;  // a W2 unit: one warp per route
+// A unit A's loads in flight per warp, in groups (512 B of codes + metadata each). A V100 needs
+// only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (the V100 design's one
+// CTA of 10 warps x 3 groups x 512 B = 15 KB); sm_80+ issues all of a warp's loads at once.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr int kMaxDepthA = 3;
-#define QPN_A_MIN_BLOCKS 2
 #else
 constexpr int kMaxDepthA = kGroups13;
-#define QPN_A_MIN_BLOCKS 1
 #endif
 
 // The polled hand-off of h (the sm_90 default): kernel A publishes each pair of h values with
@@ -43,13 +36,16 @@ constexpr int kMaxDepthA = kGroups13;
 // intermediate after kernel A's completion instead (MoeArgs::tagged = 0).
 // Kernel B never polls for long (kMaxPolls): past that it takes the same completion path, so a
 // broken slot (calls raced on it) costs time, never a hang or a trap.
-// 16-byte aligned: kernel B polls the words with 16-byte loads, in every slot of the array.
-struct alignas(16) PolledH {
+// 128-byte aligned: kernel B polls the words with 16-byte loads, and every slot of the array
+// then lays its rows of h and its epoch/arrival words out on 128 B lines as slot 0 does (the
+// counters on a line of their own). With 16-byte slots the H200's bench op graphs, which run on
+// a slot other than 0, took 0.5 us more per layer than with every call on slot 0.
+struct alignas(128) PolledH {
   unsigned long long words[kRoutes][kInter / 2];  // (tag << 32) | h[2j + 1] << 16 | h[2j]
   unsigned epoch;    // the tag of the last completed call
   unsigned arrived;  // units B of this call counted in
 };
-static_assert(sizeof(PolledH) % 16 == 0, "every slot of an array starts 16-byte aligned");
+static_assert(sizeof(PolledH) % 128 == 0, "every slot of an array starts 128-byte aligned");
 constexpr int kPolledSlots = 64;
 // A poll is one L2 round trip (0.25-0.5 us on an H200), so this is 1-2 ms, hundreds of times
 // kernel A's 5 us: without the tag by then the slot is not this call's alone (or the GPU is

@@ -1,5 +1,5 @@
 // CUDA launcher of qpnserve::awq_moe_m1_out: argument checks, device guard, current stream,
-// two launches, launch checks. No allocation and no host synchronisation, so it is capturable in
+// the launches (two on sm_90, one cooperative launch for the V100 design), launch checks. No allocation and no host synchronisation, so it is capturable in
 // a CUDA graph.
 
 #include <ATen/ATen.h>
@@ -169,22 +169,38 @@ void launch_sm90(const qpn::MoeArgs& args, cudaStream_t stream, int device) {
                      dim3(qpn::kWarpsB * 32), true, stream, a);
 }
 
-// The V100 path as it stands (m8n8k4, plain launches on every GPU): kernel A then kernel B.
-template <bool kMeta3>
-void launch_sm70_current(const qpn::MoeArgs& args, cudaStream_t stream) {
-  qpn_launch::launch(qpn::w13_swiglu_kernel<kMeta3, true>, dim3(qpn::kTiles13, qpn::kRoutes),
-                     dim3(qpn::warps_a(true) * 32), false, stream, args);
-  qpn_launch::launch(qpn::w2_combine_kernel<kMeta3, true>, dim3(qpn::kTiles2),
-                     dim3(qpn::kWarpsB * 32), false, stream, args);
+// ---------------------------------------------------------------------------------------------
+// The V100 design (awq_moe_m1_sm70.cuh): whether all its CTAs fit on `device` at once and the
+// device can launch cooperatively (cached per device; neither query synchronises), and its
+// launch. A grid that cannot be co-resident is refused by the driver with an error, never run.
+bool v100_design_fits(int device) {
+  static std::mutex mu;
+  static std::array<int, kMaxDevices> cache{};  // 0 unknown, 1 no, 2 yes
+  std::lock_guard<std::mutex> lock(mu);
+  if (device < 0 || device >= kMaxDevices) return false;
+  if (cache[device] == 0) {
+    int cooperative = 0, sms = 0, per_sm_4 = 0, per_sm_3 = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm_4, qpn::v100_moe_kernel<false>, qpn::kV100Threads, 0));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm_3, qpn::v100_moe_kernel<true>, qpn::kV100Threads, 0));
+    const int per_sm = per_sm_4 < per_sm_3 ? per_sm_4 : per_sm_3;
+    cache[device] = cooperative != 0 && per_sm * sms >= qpn::kV100Ctas ? 2 : 1;
+  }
+  return cache[device] == 2;
 }
 
-template <bool kMeta3>
-void launch(const qpn::MoeArgs& args, cudaStream_t stream, int device, bool v100) {
-  if (v100) {
-    launch_sm70_current<kMeta3>(args, stream);
-  } else {
-    launch_sm90<kMeta3>(args, stream, device);
-  }
+// One cooperative launch on `stream` (capturable in a CUDA graph); its grid barrier lives in the
+// workspace the driver gives each cooperative launch, so calls in flight share no state.
+void launch_v100(const qpn::MoeArgs& args, bool meta3, cudaStream_t stream) {
+  qpn::MoeArgs a = args;
+  void* params[] = {&a};
+  const void* kernel = meta3 ? reinterpret_cast<const void*>(qpn::v100_moe_kernel<true>)
+                             : reinterpret_cast<const void*>(qpn::v100_moe_kernel<false>);
+  C10_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(qpn::kV100Ctas),
+                                             dim3(qpn::kV100Threads), params, 0, stream));
 }
 
 void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const at::Tensor& x,
@@ -204,11 +220,15 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
               qpn_text::num(device), " has ", qpn_text::num(cc_major), ".x");
   const bool meta3 = format == MetaFormat::kThreeByte;
   // The sm_90 default needs programmatic dependent launch in the binary; every other GPU, and a
-  // build without sm_90 code, takes the V100 design.
+  // build without sm_90 code, takes the V100 design, which needs its whole grid co-resident.
   const bool v100 =
       path == kV100 || cc_major < 9 ||
       !(meta3 ? binary_has_pdl(qpn::w2_combine16_kernel<true>, device)
               : binary_has_pdl(qpn::w2_combine16_kernel<false>, device));
+  TORCH_CHECK(!v100 || v100_design_fits(device), "awq_moe_m1_out: the V100 design needs its ",
+              qpn_text::num(qpn::kV100Ctas),
+              " CTAs co-resident and cooperative launch; device ", qpn_text::num(device),
+              " cannot run it");
 
   qpn::MoeArgs args{};
   args.out = reinterpret_cast<__half*>(out.data_ptr());
@@ -225,10 +245,12 @@ void awq_moe_m1_out_path_cuda(at::Tensor& out, at::Tensor& intermediate, const a
   args.num_experts = static_cast<int>(w13.size(0));
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
-  if (meta3) {
-    launch<true>(args, stream, device, v100);
+  if (v100) {
+    launch_v100(args, meta3, stream);
+  } else if (meta3) {
+    launch_sm90<true>(args, stream, device);
   } else {
-    launch<false>(args, stream, device, v100);
+    launch_sm90<false>(args, stream, device);
   }
 }
 

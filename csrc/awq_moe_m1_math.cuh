@@ -37,15 +37,6 @@ using qpn_pdl::pdl_wait_primary;
 __device__ __forceinline__ uint4 load_stream(const uint4* p) { return __ldcs(p); }
 __device__ __forceinline__ unsigned load_stream(const unsigned* p) { return __ldcs(p); }
 
-// Bring one 128 B line into L2 (kept there in preference to the streamed W13 lines on sm_80+).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-#else
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-}
-
 // The lane's share of one (group, 32-column tile): 4 columns x 8 k, and their metadata.
 template <bool kMeta3>
 struct GroupFrag {

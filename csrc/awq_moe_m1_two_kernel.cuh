@@ -80,38 +80,17 @@ __device__ __forceinline__ void count_in(unsigned* arrived, unsigned* epoch, int
   }
 }
 
-// Kernel A's CTA (tile, route) of the V100 path prefetches tile/10 of the route's W2 (codes and
-// metadata, each contiguous per expert) into L2 right after issuing its W13 loads, so W2 streams
-// from HBM while W13 is computed and kernel B's loads hit L2.
-// One 128 B line per thread: 160 lines of codes, then 40 (4-byte) or 30 (3-byte) of metadata.
-template <bool kMeta3>
-__device__ __forceinline__ void prefetch_w2_share(const MoeArgs& a, int e, int tile, int i) {
-  constexpr int kLine = 128;
-  constexpr int kCodeBytes = kWords2 * 4 / kTiles13;                      // 20480
-  constexpr int kMetaBytes = kGroups2 * kHidden * (kMeta3 ? 3 : 4) / kTiles13;  // 5120 or 3840
-  constexpr int kCodeLines = kCodeBytes / kLine;
-  constexpr int kLines = kCodeLines + (kMetaBytes + kLine - 1) / kLine;
-  if (i < kCodeLines) {
-    const char* base = reinterpret_cast<const char*>(a.w2 + static_cast<long long>(e) * kWords2);
-    prefetch_l2(base + tile * kCodeBytes + i * kLine);
-  } else if (i < kLines) {
-    const char* base = static_cast<const char*>(a.s2) +
-                       static_cast<long long>(e) * (kGroups2 * kHidden * (kMeta3 ? 3 : 4));
-    prefetch_l2(base + tile * kMetaBytes + (i - kCodeLines) * kLine);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Unit A: W13 + SwiGLU for one (tile, route): 16 values of intermediate[route]. kWarpsA warps
 // (dividing the 80 groups) split K; their FP32 partials meet in shared memory in warp order.
-// kHandOff: kPrefetchW2 (the V100 path: kernel B reads h after kernel A's completion, and W2 is
-// prefetched into L2 meanwhile) or kPublishTag (the sm_90 default: h is also published with the
-// call's tag; nothing is prefetched, kernel B streams W2 itself).
+// kHandOff: kStoreH (the V100 design: h goes to intermediate only; its grid barrier hands it
+// over) or kPublishTag (the sm_90 default: h is also published with the call's tag for kernel B's
+// polls). Neither prefetches W2: 7.68 MB would not stay in a V100's 6 MB L2.
 //
 // Critical path: x is loaded before ids (it does not depend on them) and only stored to shared
 // memory after the weight loads are issued, so the weight stream starts one round trip after
 // the kernel starts, not two.
-constexpr int kPrefetchW2 = 0;
+constexpr int kStoreH = 0;
 constexpr int kPublishTag = 1;
 template <bool kMeta3, bool kMma884, int kWarpsA, int kHandOff>
 __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
@@ -158,7 +137,6 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   GroupFrag<kMeta3> ring[kDepth];
 #pragma unroll
   for (int g = 0; g < kDepth; ++g) load_group(ring[g], codes, meta, kMetaGroupBytes, g, lm);
-  if constexpr (!kPublish) prefetch_w2_share<kMeta3>(a, e, tile, threadIdx.x);
 #pragma unroll
   for (int j = 0; j < kXPerLane; ++j) {
     const int i = lane + 32 * j;
@@ -184,10 +162,9 @@ __device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int 
   }
 }
 
-// Kernel A: grid (kTiles13, kRoutes), kWarpsA * 32 threads. kMinBlocks 2 (at most 64 registers,
-// no spills) is the sm_90 default's kernel A, so that a 16-column unit B fits beside each one.
-template <bool kMeta3, bool kMma884, int kWarpsA = warps_a(kMma884),
-          int kMinBlocks = QPN_A_MIN_BLOCKS, int kHandOff = kPrefetchW2>
+// Kernel A of the sm_90 default: grid (kTiles13, kRoutes), kWarpsA * 32 threads. kMinBlocks 2
+// (at most 64 registers, no spills), so that a 16-column unit B fits beside each one.
+template <bool kMeta3, bool kMma884, int kWarpsA, int kMinBlocks, int kHandOff>
 __global__ void __launch_bounds__(kWarpsA * 32, kMinBlocks) w13_swiglu_kernel(MoeArgs a) {
   // The previous kernel (the router) writes ids and x: wait for it before reading them.
   pdl_wait_primary();

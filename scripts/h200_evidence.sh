@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The evidence run on a GPU machine (used on one H200): build once, the GPU tests, `bench op`
-# for both metadata formats with the device's default path, and the V100 design on this GPU
+# for both metadata formats with the device's default path and with the V100 design on this GPU
 # (`--op-path v100`: its correctness here and its time on this GPU, not a V100 speed). Run from
 # the repository root; results go to $OUT (default ./.out).
 #   QPNSERVE_GIT_COMMIT=<commit> bash scripts/h200_evidence.sh
@@ -26,11 +26,12 @@ timeout 300 python3 -m pytest -m gpu tests/kernels tests/bench_op tests/dispatch
   >"$OUT/gpu_tests.log" 2>&1; echo "rc=$?"
 grep -E "FAILED|Fatal|passed|failed" "$OUT/gpu_tests.log" | tail -5
 for fmt in 4byte 3byte; do
-  step "bench op $fmt"
-  timeout 120 python3 -m qpnserve bench op --format "$fmt" --layers 32 --iters 40 --rounds 2 \
-    --json >"$OUT/bench_op_$fmt.json"; echo "rc=$?"
+  for path in auto v100; do
+    step "bench op $fmt --op-path $path"
+    timeout 120 python3 -m qpnserve bench op --format "$fmt" --op-path "$path" --layers 32 \
+      --iters 40 --rounds 2 --json >"$OUT/bench_op_${fmt}_$path.json" 2>"$OUT/bench_op_${fmt}_$path.log"
+    echo "rc=$?"
+    tail -12 "$OUT/bench_op_${fmt}_$path.log"
+  done
 done
-step "bench op --op-path v100 (the V100 design on this GPU)"
-timeout 90 python3 -m qpnserve bench op --op-path v100 --layers 8 --iters 20 --rounds 1 \
-  --json >"$OUT/bench_op_v100.json"; echo "rc=$?"
 step done

@@ -134,6 +134,16 @@ def device_facts(device: torch.device) -> DeviceFacts:
 OP_PATHS = {"auto": 0, "v100": 1}
 
 
+def pinned_path_label(op_path: str, gpu_name: str, capability: tuple[int, int]) -> str | None:
+    """What the op's figures are when its path is pinned to the V100 design: on any GPU but a
+    V100 (sm_70) they time that design's code on another chip, never a V100 speed."""
+    if op_path != "v100":
+        return None
+    if capability == (7, 0):
+        return f"op: the V100 design on a {gpu_name} (this GPU's default path)"
+    return f"op: the V100 design on an {gpu_name} (not a V100 speed)"
+
+
 def cuda_ops(
     device: torch.device, load_extension: Callable[[], object], op_path: str = "auto"
 ) -> BenchOps:
@@ -164,8 +174,12 @@ def cuda_ops(
         def op(*args: torch.Tensor) -> None:
             pinned(*args, path)
 
-        what = "the V100 design on this GPU, not a V100 speed" if op_path == "v100" else op_path
-        notes.append(f"op path pinned to {op_path}: {what} (awq_moe_m1_out_path, path={path})")
+        notes.append(f"op path pinned to {op_path} (awq_moe_m1_out_path, path={path})")
+        label = pinned_path_label(
+            op_path, torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
+        )
+        if label:
+            notes.append(label)
     timer = GraphTimer()
     host_op, host_note = hostop.find_host_op()
     if host_op is None:

@@ -26,10 +26,8 @@ from qpnserve.resources import resource_dir
 HEADER = "awq_moe_m1_kernels.cuh"
 # (readable name, name expression, runs on sm_70?)
 KERNELS: tuple[tuple[str, str, bool], ...] = (
-    ("w13_swiglu 4-byte m8n8k4", "qpn::w13_swiglu_kernel<false, true>", True),
-    ("w13_swiglu 3-byte m8n8k4", "qpn::w13_swiglu_kernel<true, true>", True),
-    ("w2_combine 4-byte m8n8k4", "qpn::w2_combine_kernel<false, true>", True),
-    ("w2_combine 3-byte m8n8k4", "qpn::w2_combine_kernel<true, true>", True),
+    ("v100 design 4-byte m8n8k4", "qpn::v100_moe_kernel<false>", True),
+    ("v100 design 3-byte m8n8k4", "qpn::v100_moe_kernel<true>", True),
     # The sm_90 default is compiled into every build but never launched below sm_90.
     (
         "w13_swiglu sm_90 default",

@@ -151,6 +151,7 @@ def our_binaries(
 
 def stats(b: Binary, dram_params: tuple[int, ...]) -> SassStats:
     _, in_flight = sass.loads_in_flight(b.instrs, set(dram_params))
+    overlap, after, tail = sass.epilogue_split(b.instrs, set(dram_params))
     return SassStats(
         registers=b.registers,
         smem_bytes=b.smem_bytes,
@@ -158,5 +159,7 @@ def stats(b: Binary, dram_params: tuple[int, ...]) -> SassStats:
         dram_bytes_in_flight=in_flight,
         dram_bytes_listed=sass.listed_bytes(b.instrs, set(dram_params)),
         prologue_l2_trips=sass.prologue_trips(b.instrs, set(dram_params)),
-        epilogue_instructions=sass.epilogue_length(b.instrs, set(dram_params)),
+        epilogue_instructions=after,
+        epilogue_overlap_instructions=overlap,
+        tail_bytes_in_flight=tail,
     )

@@ -10,8 +10,13 @@ One graph node (kernel) on a V100, as a one-wave kernel whose warps all start to
                                             keeps in flight (closed loop: a warp issues its next
                                             loads only when the ones it waits on are back)
          + issue excess                     instruction issue beyond what the stream hides
-         + epilogue                         the instructions after the last DRAM load, one
-                                            dependent chain on one warp (reduce, SwiGLU, stores)
+         + epilogue                         the instructions from the first one that reads the
+                                            last DRAM load's data, one dependent chain on one
+                                            warp (reduce, SwiGLU, stores); those between that
+                                            load and that read run while the bytes still in
+                                            flight arrive, and count only where their chain is
+                                            longer than those bytes take at the SM's share of
+                                            the ceiling
 
 A single-launch design pays one launch gap and one prologue, and a grid-wide hand-off (one
 store and one poll through L2, plus the spread between the first and the last CTA).
@@ -69,7 +74,9 @@ class SassStats:
     dram_bytes_in_flight: int  # per thread, loads from the DRAM parameters only
     dram_bytes_listed: int  # per thread, summed over the DRAM loads of the listing (loops once)
     prologue_l2_trips: int  # dependent L2 loads before the first DRAM load
-    epilogue_instructions: int  # after the last DRAM load
+    epilogue_instructions: int  # from the first read of the last DRAM load's data to EXIT
+    epilogue_overlap_instructions: int = 0  # between the last DRAM load and that read
+    tail_bytes_in_flight: int = 0  # per thread, DRAM bytes still in flight at the last load
 
 
 @dataclass
@@ -137,6 +144,11 @@ def project_node(
     issue_excess = max(0.0, issue - stream)
     prologue = us(s.prologue_l2_trips * L2_LATENCY_CLK, clock_mhz)
     epilogue = us(s.epilogue_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
+    # The work between the last load and its first use hides behind the bytes still arriving:
+    # the SM's CTAs' tail bytes at the SM's share of the read ceiling.
+    tail_us = s.tail_bytes_in_flight * k.threads * per_sm / (READ_GB_S * 1e3 / SMS)
+    overlap = us(s.epilogue_overlap_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
+    epilogue += max(0.0, overlap - tail_us)
     epilogue += k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + HANDOFF_SPREAD_US)
     limiter = "bandwidth" if bandwidth_bound else "latency rounds"
     if waves > 1:

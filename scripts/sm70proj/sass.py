@@ -139,6 +139,15 @@ def load_params(instrs: list[str]) -> list[int | None]:
     return found
 
 
+def _retire(pending: list[tuple[set[str], int]], read: set[str]) -> None:
+    """An instruction that reads a pending load's registers waits for it, and loads complete in
+    order: that load and every older one are no longer in flight."""
+    for i in range(len(pending) - 1, -1, -1):
+        if pending[i][0] & read:
+            del pending[: i + 1]
+            return
+
+
 def loads_in_flight(instrs: list[str], params: set[int] | None) -> tuple[int, int]:
     """max_loads_in_flight, counting only the loads whose address derives from ``params``."""
     from_param = load_params(instrs)
@@ -156,11 +165,7 @@ def loads_in_flight(instrs: list[str], params: set[int] | None) -> tuple[int, in
                 if nbytes > best_bytes:
                     best_count, best_bytes = count, nbytes
             continue
-        read = _regs_read(ins)
-        for i in range(len(pending) - 1, -1, -1):
-            if pending[i][0] & read:
-                del pending[: i + 1]
-                break
+        _retire(pending, _regs_read(ins))
     return best_count, best_bytes
 
 
@@ -187,20 +192,43 @@ def prologue_trips(instrs: list[str], params: set[int]) -> int:
 
 def epilogue_length(instrs: list[str], params: set[int]) -> int:
     """Instructions from the last DRAM load to the first unpredicated EXIT after it."""
+    overlap, after, _ = epilogue_split(instrs, params)
+    return overlap + after
+
+
+def epilogue_split(instrs: list[str], params: set[int]) -> tuple[int, int, int]:
+    """The tail after the last DRAM load: (instructions before the first one that reads what
+    that load brings, which run while its bytes are in flight; the instructions from that read
+    to the first unpredicated EXIT; bytes per thread still in flight at the last load)."""
     from_param = load_params(instrs)
     last = -1
     n_load = 0
+    pending: list[tuple[set[str], int]] = []
+    tail_bytes = 0
     for i, ins in enumerate(instrs):
-        if opcode(ins).startswith("LDG"):
+        op = opcode(ins)
+        if op.startswith("LDG"):
             if from_param[n_load] in params:
                 last = i
+                pending.append((_regs_written(ins), load_width_bytes(op)))
+                tail_bytes = sum(b for _, b in pending)
             n_load += 1
+            continue
+        _retire(pending, _regs_read(ins))
     if last < 0:
-        return 0
+        return 0, 0, 0
+    exit_at = len(instrs) - 1
     for j in range(last + 1, len(instrs)):
         if instrs[j].split()[0] == "EXIT":
-            return j - last
-    return len(instrs) - last - 1
+            exit_at = j
+            break
+    loaded = _regs_written(instrs[last])
+    first_use = exit_at
+    for j in range(last + 1, exit_at):
+        if loaded & _regs_read(instrs[j]):
+            first_use = j
+            break
+    return first_use - last - 1, exit_at - first_use + 1, tail_bytes
 
 
 def listed_bytes(instrs: list[str], params: set[int]) -> int:

@@ -1,7 +1,7 @@
 """The kernels the projection times: ONE table for ours, one for the host's.
 
-Point our_kernels() at a new sm_70 design at merge time: (label, name expression, CTAs, DRAM
-bytes the kernel streams, which MoeArgs pointers are DRAM streams). Threads come from the
+our_kernels() is the shipped sm_70 kernel: (label, name expression, CTAs, DRAM bytes the kernel
+streams, which MoeArgs pointers are DRAM streams). Threads come from the
 kernel's __launch_bounds__; registers, loads in flight and the rest from its SASS. A single
 launch of 80 co-resident CTAs is one Kernel with the whole 7.68 MB, DRAM parameters
 W13_DRAM + W2_DRAM and handoffs=1 (the grid-wide h hand-off's cost is added to its node).
@@ -32,14 +32,13 @@ def _w2(fmt: str) -> int:
 
 
 def our_kernels(fmt: str) -> list[Kernel]:
-    """Today's sm_70 path: two kernels; A also prefetches W2 into L2 (counted as A's bytes,
-    since 7.68 MB pass through the 6 MB L2 before B runs, B is assumed to re-read W2)."""
+    """The shipped sm_70 path, the V100 design (csrc/awq_moe_m1_sm70.cuh): one cooperative
+    launch of 80 co-resident CTAs, each streaming 1/80 of the layer's 7.68 MB (W13 and W2, no
+    L2 prefetch), with one grid-wide hand-off of h between W13 and W2."""
     meta3 = "true" if fmt == "3byte" else "false"
     return [
-        Kernel("w13_swiglu (A)", f"qpn::w13_swiglu_kernel<{meta3}, true>", 100, 0,
-               _w13(fmt), W13_DRAM, prefetch_bytes=_w2(fmt)),
-        Kernel("w2_combine (B)", f"qpn::w2_combine_kernel<{meta3}, true>", 80, 0,
-               _w2(fmt), W2_DRAM),
+        Kernel("v100 design (1 launch)", f"qpn::v100_moe_kernel<{meta3}>", 80, 0,
+               _w13(fmt) + _w2(fmt), W13_DRAM + W2_DRAM, handoffs=1),
     ]  # fmt: skip
 
 

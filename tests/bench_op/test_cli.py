@@ -48,3 +48,24 @@ def test_bench_op_rejects_the_removed_tuning_paths() -> None:
         result = runner.invoke(app, ["bench", "op", "--op-path", name])
         assert result.exit_code == 2, (name, result.output)
         assert "auto, v100" in result.output
+
+
+def test_v100_design_pinned_on_another_gpu_is_labelled_not_a_v100_speed() -> None:
+    from qpnserve.benchop.cuda import pinned_path_label
+
+    label = pinned_path_label("v100", "NVIDIA H200", (9, 0))
+    assert label == "op: the V100 design on an NVIDIA H200 (not a V100 speed)"
+
+
+def test_v100_design_on_a_v100_is_labelled_as_its_default() -> None:
+    from qpnserve.benchop.cuda import pinned_path_label
+
+    label = pinned_path_label("v100", "Tesla V100-PCIE-32GB", (7, 0))
+    assert label is not None and "default" in label and "not a V100" not in label
+
+
+def test_the_default_path_gets_no_v100_label() -> None:
+    from qpnserve.benchop.cuda import OP_PATHS, pinned_path_label
+
+    assert OP_PATHS == {"auto": 0, "v100": 1}
+    assert pinned_path_label("auto", "NVIDIA H200", (9, 0)) is None

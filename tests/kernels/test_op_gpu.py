@@ -1,8 +1,8 @@
 """The CUDA operator against the FP64 oracle (issue 3's "Must show" on a GPU): run with -m gpu.
 
 Both paths run on the test GPU: the device's default (on sm_90 the m16n8k16 kernels with the
-polled hand-off of h) and PATH_V100 (the V100 design, m8n8k4, the kernels the sm_70 build runs),
-so the V100 code's arithmetic is tested too.
+polled hand-off of h) and PATH_V100 (the V100 design: one cooperative launch of 80 co-resident
+CTAs on m8n8k4, the kernel the sm_70 build runs), so the V100 code's arithmetic is tested too.
 """
 
 from __future__ import annotations
@@ -111,19 +111,31 @@ def test_gpu_all_invalid_ids_give_all_zero_outputs(banks: ref.Banks, path: int) 
     assert torch.equal(inter, torch.zeros_like(inter))
 
 
-def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Banks) -> None:
+@pytest.mark.parametrize("graph_path", [None, ops.PATH_V100], ids=["default", "v100"])
+def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(
+    banks: ref.Banks, graph_path: int | None
+) -> None:
+    # The default path, and the V100 design's cooperative launch captured in a graph: every
+    # replay on new inputs gives the eager call's bits.
     x, ids, weights = _cuda(*mixed_routes(8))
     out = torch.empty(1, 2560, dtype=torch.float16, device=DEV)
     inter = torch.empty(10, 160, dtype=torch.float16, device=DEV)
     args = (out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights)
+
+    def call() -> None:
+        if graph_path is None:
+            torch.ops.qpnserve.awq_moe_m1_out(*args)
+        else:
+            torch.ops.qpnserve.awq_moe_m1_out_path(*args, graph_path)
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        torch.ops.qpnserve.awq_moe_m1_out(*args)
+        call()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        torch.ops.qpnserve.awq_moe_m1_out(*args)
+        call()
     for seed in range(20, 26):
         new_x, new_ids, new_w = mixed_routes(seed) if seed % 2 else ref.random_inputs(seed, EXPERTS)
         x.copy_(new_x)
@@ -132,7 +144,7 @@ def test_gpu_graph_replay_with_new_inputs_equals_eager_bit_for_bit(banks: ref.Ba
         out.fill_(float("nan"))
         inter.fill_(float("nan"))
         graph.replay()
-        eager_out, eager_inter = run_op(banks, x, ids, weights)
+        eager_out, eager_inter = run_op(banks, x, ids, weights, path=graph_path)
         torch.cuda.synchronize()
         assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16))
         assert torch.equal(inter.view(torch.int16), eager_inter.view(torch.int16))
@@ -282,6 +294,55 @@ def test_gpu_path_other_than_0_or_1_raises_naming_path(banks: ref.Banks) -> None
     for bad in (2, -1, 1 << 22):
         with pytest.raises(RuntimeError, match=r"\bpath\b"):
             run_op(banks, x, ids, weights, path=bad)
+
+
+@pytest.mark.parametrize("with_graphs", [False, True], ids=["eager", "graphs"])
+def test_gpu_v100_design_calls_in_flight_on_two_streams_give_each_calls_own_result(
+    banks: ref.Banks, with_graphs: bool
+) -> None:
+    # Two layers' calls in flight at once, on two streams, with their own inputs and outputs
+    # (as eager launches or as two captured graphs replayed together): the V100 design shares no
+    # state between calls, so each result must equal its call run alone, and nothing may trap.
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    calls = []
+    for seed in (50, 51):
+        x, ids, weights = _cuda(*mixed_routes(seed))
+        out = torch.empty(1, 2560, dtype=torch.float16, device=DEV)
+        inter = torch.empty(10, 160, dtype=torch.float16, device=DEV)
+        calls.append((out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights))
+    alone = [run_op(banks, c[2], c[7], c[8], path=ops.PATH_V100) for c in calls]
+    torch.cuda.synchronize()
+
+    def enqueue(i: int, rounds: int) -> None:
+        for _ in range(rounds):
+            torch.ops.qpnserve.awq_moe_m1_out_path(*calls[i], ops.PATH_V100)
+
+    if with_graphs:
+        graphs = []
+        for i, stream in enumerate(streams):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                enqueue(i, 1)  # warm-up outside the capture
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                enqueue(i, 20)
+            graphs.append(graph)
+        torch.cuda.synchronize()
+        for graph, stream in zip(graphs, streams, strict=True):
+            with torch.cuda.stream(stream):
+                graph.replay()
+    else:
+        for stream in streams:
+            stream.wait_stream(torch.cuda.current_stream())
+        for _ in range(20):
+            for i, stream in enumerate(streams):
+                with torch.cuda.stream(stream):
+                    enqueue(i, 1)
+    torch.cuda.synchronize()
+    for call, (a_out, a_inter) in zip(calls, alone, strict=True):
+        assert torch.equal(call[0].view(torch.int16), a_out.view(torch.int16))
+        assert torch.equal(call[1].view(torch.int16), a_inter.view(torch.int16))
 
 
 def test_gpu_three_runs_are_bit_identical(banks: ref.Banks, path: int) -> None:

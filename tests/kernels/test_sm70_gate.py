@@ -10,7 +10,11 @@ def test_sm70_build_compiles_spill_free_with_128_bit_loads() -> None:
     print(sm70_gate.render(report))  # the register/smem report, visible with pytest -s / -rA
     assert report.ok, report.problems
     on_sm70 = [k for k in report.kernels if k.runs_on_sm70]
-    assert len(on_sm70) == 4
+    # What runs on a V100 is the V100 design (one cooperative launch), in both formats.
+    assert sorted(k.name for k in on_sm70) == [
+        "v100 design 3-byte m8n8k4",
+        "v100 design 4-byte m8n8k4",
+    ]
     for kernel in on_sm70:
         assert kernel.registers > 0
         assert kernel.spill_store_bytes == 0 and kernel.spill_load_bytes == 0
