@@ -10,7 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from qpnserve.errors import UsageError
-from qpnserve.preflight.report import ALL_GROUPS, CheckResult, Group, PreflightReport
+from qpnserve.preflight.checks import machine_checks
+from qpnserve.preflight.checks_checkpoint import checkpoint_checks
+from qpnserve.preflight.gather import gather_facts
+from qpnserve.preflight.report import (
+    ALL_GROUPS,
+    CheckResult,
+    Group,
+    PreflightReport,
+    make_report,
+)
 
 __all__ = ["ALL_GROUPS", "CheckResult", "PreflightReport", "parse_groups", "run_preflight"]
 
@@ -42,11 +51,6 @@ def run_preflight(
     FAILed. ``awq_m1=False`` turns the route-only requirements (a route-capable host, no
     host variable that disables the path, the route's checkpoint contract) into warnings.
     """
-    from qpnserve.preflight.checks import machine_checks
-    from qpnserve.preflight.checks_checkpoint import checkpoint_checks
-    from qpnserve.preflight.facts import gather_facts
-    from qpnserve.preflight.report import make_report
-
     chosen: set[str] = set(ALL_GROUPS) if groups is None else set(groups)
     unknown = sorted(chosen - set(ALL_GROUPS))
     if unknown:

@@ -23,8 +23,8 @@ from qpnserve.preflight.facts import (
     HostFacts,
     NvccFacts,
     TorchFacts,
-    load_facts_file,
 )
+from qpnserve.preflight.gather import load_facts_file
 from tests.preflight.conftest import H200_CU130, V100_OK
 
 
