@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qpnserve import geometry
 from qpnserve.errors import UsageError
 from qpnserve.preflight.checks import machine_checks
 from qpnserve.preflight.checks_checkpoint import checkpoint_checks
@@ -40,7 +41,7 @@ def parse_groups(text: str | None) -> set[str]:
 
 def run_preflight(
     model: Path | None,
-    tp: int = 4,
+    tp: int = geometry.TP_SIZE,
     groups: set[str] | None = None,
     awq_m1: bool = True,
     facts_file: Path | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from qpnserve import geometry
 from qpnserve.preflight import layout
 from qpnserve.preflight.facts import CheckpointFacts
 from qpnserve.preflight.report import CheckResult
@@ -17,7 +18,8 @@ from qpnserve.preflight.report import result as _r
 
 RECOPY_FIX = "re-copy the checkpoint (compare file sizes with the source)"
 REQUANTIZE_FIX = (
-    "use the native AWQ group-32 export of Qwen3.8 (4-bit, zero point, GEMM); "
+    f"use the native AWQ group-{geometry.GROUP} export of Qwen3.8 ({geometry.BITS}-bit, zero "
+    "point, GEMM); "
     "other quantizations keep the host's own route"
 )
 
@@ -74,9 +76,9 @@ def check_config(ck: CheckpointFacts, tp: int) -> CheckResult:
     tc, moe_layers, _ = setup
     problems = []
     for key, want in (
-        ("num_experts", layout.NUM_EXPERTS),
-        ("num_experts_per_tok", layout.TOP_K),
-        ("hidden_size", layout.HIDDEN_SIZE),
+        ("num_experts", geometry.NUM_EXPERTS),
+        ("num_experts_per_tok", geometry.TOP_K),
+        ("hidden_size", geometry.HIDDEN),
     ):
         if tc.get(key) != want:
             problems.append(f"{key} {tc.get(key)} (needs {want})")
@@ -86,10 +88,10 @@ def check_config(ck: CheckpointFacts, tp: int) -> CheckResult:
         problems.append(f"moe_intermediate_size {inter} is not divisible by TP {tp}")
     else:
         per_rank = inter // tp
-        if per_rank != layout.INTERMEDIATE_PER_RANK_TP4:
+        if per_rank != geometry.INTERMEDIATE:
             problems.append(
                 f"moe_intermediate_size {inter} / TP {tp} = {per_rank} per rank "
-                f"(the operator needs {layout.INTERMEDIATE_PER_RANK_TP4})"
+                f"(the operator needs {geometry.INTERMEDIATE})"
             )
     if not moe_layers:
         problems.append(f"no MoE layers (num_hidden_layers {tc.get('num_hidden_layers')})")
@@ -119,14 +121,18 @@ def check_quantization(ck: CheckpointFacts) -> CheckResult:
     problems = []
     if method != "awq":
         problems.append(f"quant_method {method or None!r} (needs 'awq')")
-    if bits != layout.BITS:
-        problems.append(f"bits {bits} (needs {layout.BITS})")
-    if group != layout.GROUP_SIZE:
-        problems.append(f"group_size {group} (needs {layout.GROUP_SIZE})")
+    if bits != geometry.BITS:
+        problems.append(f"bits {bits} (needs {geometry.BITS})")
+    if group != geometry.GROUP:
+        problems.append(f"group_size {group} (needs {geometry.GROUP})")
     if zero_point is not True:
         problems.append(f"zero_point {zero_point} (needs true)")
     if version != "gemm":
         problems.append(f"version {version or None!r} (needs 'gemm')")
     if problems:
         return _r(name, "FAIL", "; ".join(problems), REQUANTIZE_FIX)
-    return _r(name, "PASS", "AWQ 4-bit, zero point, GEMM packing, group 32")
+    return _r(
+        name,
+        "PASS",
+        f"AWQ {geometry.BITS}-bit, zero point, GEMM packing, group {geometry.GROUP}",
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+from qpnserve import geometry
 from qpnserve.preflight import layout
 from qpnserve.preflight.checks_config import (
     RECOPY_FIX,
@@ -21,6 +22,7 @@ from qpnserve.preflight.report import CheckResult
 from qpnserve.preflight.report import result as _r
 
 MAX_NAMED_OFFENDERS = 3
+NATIVE = f"native group {geometry.GROUP}"
 
 
 def check_shards(ck: CheckpointFacts) -> CheckResult:
@@ -87,7 +89,7 @@ def check_tensors(ck: CheckpointFacts) -> CheckResult:
     stems = [
         f"{layout.expert_prefix(prefix, layer)}.{expert}"
         for layer in layers
-        for expert in range(layout.NUM_EXPERTS)
+        for expert in range(geometry.NUM_EXPERTS)
     ]
     checked = len(stems) * len(suffixes)
     for stem, (suffix, want) in itertools.product(stems, suffixes):
@@ -119,7 +121,7 @@ def check_tensors(ck: CheckpointFacts) -> CheckResult:
         return _r(
             name,
             "FAIL",
-            f"{bad} of {checked} expert tensors differ from native group 32 ({summary}); "
+            f"{bad} of {checked} expert tensors differ from {NATIVE} ({summary}); "
             f"first: {'; '.join(named)}{also}",
             REQUANTIZE_FIX,
         )
@@ -129,14 +131,14 @@ def check_tensors(ck: CheckpointFacts) -> CheckResult:
             name,
             "FAIL",
             f"{unread} of {checked} expert tensors could not be checked: they are {unread_note}; "
-            "the others match native group 32",
+            f"the others match {NATIVE}",
             RECOPY_FIX,
         )
     return _r(
         name,
         "PASS",
-        f"{checked} expert tensors in {len(layers)} MoE layers x {layout.NUM_EXPERTS} experts "
-        "match native group 32 (qweight/qzeros int32, scales fp16)",
+        f"{checked} expert tensors in {len(layers)} MoE layers x {geometry.NUM_EXPERTS} experts "
+        f"match {NATIVE} (qweight/qzeros int32, scales fp16)",
     )
 
 
