@@ -16,6 +16,7 @@ from qpnserve.preflight.facts import CheckpointFacts
 from qpnserve.preflight.report import CheckResult
 from qpnserve.preflight.report import result as _r
 
+NATIVE_QUANTIZATION = f"AWQ {geometry.BITS}-bit, zero point, GEMM packing, group {geometry.GROUP}"
 RECOPY_FIX = "re-copy the checkpoint (compare file sizes with the source)"
 REQUANTIZE_FIX = (
     f"use the native AWQ group-{geometry.GROUP} export of Qwen3.8 ({geometry.BITS}-bit, zero "
@@ -131,8 +132,4 @@ def check_quantization(ck: CheckpointFacts) -> CheckResult:
         problems.append(f"version {version or None!r} (needs 'gemm')")
     if problems:
         return _r(name, "FAIL", "; ".join(problems), REQUANTIZE_FIX)
-    return _r(
-        name,
-        "PASS",
-        f"AWQ {geometry.BITS}-bit, zero point, GEMM packing, group {geometry.GROUP}",
-    )
+    return _r(name, "PASS", NATIVE_QUANTIZATION)
