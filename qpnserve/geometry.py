@@ -18,4 +18,6 @@ INTERMEDIATE = MOE_INTERMEDIATE // TP_SIZE  # 160: W2 K per rank
 W13_N = 2 * INTERMEDIATE  # gate and up, interleaved
 GROUP = 32  # AWQ group along K
 BITS = 4
-PACK = 32 // BITS  # 4-bit codes per int32 word
+WORD_BITS = 32  # AWQ GEMM packing stores its codes in int32 words
+PACK = WORD_BITS // BITS  # 4-bit codes per int32 word
+NUM_MOE_LAYERS = 48  # Qwen3.8: every decoder layer is an MoE layer (contract section 1)

@@ -114,7 +114,7 @@ def up(
 
 def _print_plan(plan: LaunchPlan, json_out: bool) -> None:
     from qpnserve.host_routes import grouped_route_text, route_flag_meaning
-    from qpnserve.preflight.facts import host_facts
+    from qpnserve.preflight.gather import host_facts
 
     host = host_facts()
     kind = host.kind if host.found else None

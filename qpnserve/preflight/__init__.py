@@ -9,8 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qpnserve import geometry
 from qpnserve.errors import UsageError
-from qpnserve.preflight.report import ALL_GROUPS, CheckResult, Group, PreflightReport
+from qpnserve.preflight.checks import machine_checks
+from qpnserve.preflight.checks_checkpoint import checkpoint_checks
+from qpnserve.preflight.gather import gather_facts
+from qpnserve.preflight.report import (
+    ALL_GROUPS,
+    CheckResult,
+    Group,
+    PreflightReport,
+    make_report,
+)
 
 __all__ = ["ALL_GROUPS", "CheckResult", "PreflightReport", "parse_groups", "run_preflight"]
 
@@ -31,7 +41,7 @@ def parse_groups(text: str | None) -> set[str]:
 
 def run_preflight(
     model: Path | None,
-    tp: int = 4,
+    tp: int = geometry.TP_SIZE,
     groups: set[str] | None = None,
     awq_m1: bool = True,
     facts_file: Path | None = None,
@@ -42,11 +52,6 @@ def run_preflight(
     FAILed. ``awq_m1=False`` turns the route-only requirements (a route-capable host, no
     host variable that disables the path, the route's checkpoint contract) into warnings.
     """
-    from qpnserve.preflight.checks import machine_checks
-    from qpnserve.preflight.checks_checkpoint import checkpoint_checks
-    from qpnserve.preflight.facts import gather_facts
-    from qpnserve.preflight.report import make_report
-
     chosen: set[str] = set(ALL_GROUPS) if groups is None else set(groups)
     unknown = sorted(chosen - set(ALL_GROUPS))
     if unknown:

@@ -1,6 +1,7 @@
 """The machine checks, by group. Each check is a pure function of Facts -> CheckResult that
 states what it found in one line and, when it is not a PASS, one line of what to do; thresholds
-carry their reason beside them (checks_gpu.py, checks_toolchain.py, checks_checkpoint.py).
+carry their reason beside them (checks_gpu.py, checks_toolchain.py; the checkpoint's in
+checks_checkpoint.py, checks_config.py and checks_tensors.py).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def check_gpu_count(facts: Facts, tp: int) -> CheckResult:
             name,
             "FAIL",
             found,
-            "run on a host with 4 V100s, or fix CUDA_VISIBLE_DEVICES to list them",
+            f"run on a host with {tp} V100s, or fix CUDA_VISIBLE_DEVICES to list them",
         )
     return _r(name, "PASS", found)
 

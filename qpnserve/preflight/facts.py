@@ -1,24 +1,16 @@
-"""Facts about a machine and a checkpoint, probed once (or loaded from a recorded JSON file).
+"""Facts about a machine and a checkpoint: the data models only. Pure.
 
-The checks (checks.py) are pure functions of these models. A probe that cannot find something
-records that as a fact (``nvml_ok=False`` with the error) instead of raising.
-
-$QPNSERVE_FACTS_FILE replaces the machine probes (gpu, torch, nvcc, host, and env when the file
-has it) with recorded facts; the checkpoint is still probed from ``--model``.
+gather.py fills them (by probing, or from a recorded $QPNSERVE_FACTS_FILE); the checks
+(checks*.py) are pure functions of them. A probe that cannot find something records that as a
+fact (``nvml_ok=False`` with the error) instead of raising.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from qpnserve.config import FACTS_FILE
-from qpnserve.errors import UsageError
 from qpnserve.host import HostKind
 
 FACTS_SCHEMA_VERSION = 1
@@ -126,73 +118,3 @@ def version_tuple(text: str | None) -> tuple[int, ...] | None:
             break
         parts.append(int(digits))
     return tuple(parts) or None
-
-
-def load_facts_file(path: Path) -> Facts:
-    """Recorded facts. A missing or malformed file is a usage error (exit 2), never a guess."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        facts = Facts.model_validate(data)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot read {FACTS_FILE.name}={path}: {exc.strerror or exc}",
-            hint=f"unset {FACTS_FILE.name} to probe this machine",
-        ) from None
-    except (ValueError, ValidationError) as exc:
-        first = str(exc).splitlines()[0]
-        raise UsageError(
-            f"{FACTS_FILE.name}={path} is not a facts file: {first}",
-            hint="record one with `qpnserve check --json` and keep its `facts` object",
-        ) from None
-    return facts.model_copy(update={"source": "recorded"})
-
-
-def host_facts(facts_file: Path | None = None) -> HostFacts:
-    """The installed host as `up` will see it: from $QPNSERVE_FACTS_FILE when set (and it
-    records a host), else probed from the installed files."""
-    if facts_file is None and os.environ.get(FACTS_FILE.name):
-        facts_file = Path(os.environ[FACTS_FILE.name])
-    if facts_file is not None:
-        recorded = load_facts_file(facts_file).host
-        if recorded is not None:
-            return recorded
-    from qpnserve.preflight.probes import probe_host
-
-    return probe_host()
-
-
-def gather_facts(
-    model: Path | None,
-    groups: set[str],
-    facts_file: Path | None = None,
-) -> Facts:
-    """Probe what ``groups`` need, once. With ``facts_file`` (default: $QPNSERVE_FACTS_FILE)
-    the machine facts come from that file; the checkpoint is always probed from ``model``."""
-    from qpnserve.preflight import probes
-
-    if facts_file is None and os.environ.get(FACTS_FILE.name):
-        facts_file = Path(os.environ[FACTS_FILE.name])
-    if facts_file is not None:
-        facts = load_facts_file(facts_file)
-        # Keep only what the chosen groups use, as a probe would.
-        if "gpu" not in groups:
-            facts.gpu = None
-        if "toolchain" not in groups:
-            facts.torch = facts.nvcc = facts.host = facts.env = None
-        elif facts.env is None:
-            facts.env = probes.probe_env()
-        facts.checkpoint = None
-    else:
-        facts = Facts(hostname=platform.node())
-        if "gpu" in groups:
-            facts.gpu = probes.probe_gpu()
-        if "toolchain" in groups:
-            facts.torch = probes.probe_torch()
-            facts.nvcc = probes.probe_nvcc()
-            facts.host = probes.probe_host()
-            facts.env = probes.probe_env()
-    if "checkpoint" in groups and model is not None:
-        from qpnserve.preflight.checkpoint import probe_checkpoint
-
-        facts.checkpoint = probe_checkpoint(model)
-    return facts

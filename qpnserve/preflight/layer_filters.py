@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from qpnserve import geometry
+
 ALLOWLIST = "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_ALLOWLIST"
 DENYLIST = "VLLM_SM70_AWQ_MOE_BATCHED_LAYER_DENYLIST"
 LAYER_FILTERS = (ALLOWLIST, DENYLIST)
-# Qwen3.8 Flash-Next: every one of its 48 decoder layers is an MoE layer (contract section 1).
-NUM_MOE_LAYERS = 48
 
 
 class LayerFilterError(ValueError):
@@ -41,7 +41,7 @@ def parse_layer_ids(raw: str, name: str) -> set[int]:
     return ids
 
 
-def excluded_layers(env: Mapping[str, str], num_layers: int = NUM_MOE_LAYERS) -> list[int]:
+def excluded_layers(env: Mapping[str, str], num_layers: int = geometry.NUM_MOE_LAYERS) -> list[int]:
     """MoE layers (0..num_layers-1) the filters take off the batched path; LayerFilterError
     when a filter does not parse."""
     allow = parse_layer_ids(env[ALLOWLIST], ALLOWLIST) if ALLOWLIST in env else None

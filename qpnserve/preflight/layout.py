@@ -1,7 +1,7 @@
 """The checkpoint layout the AWQ M1 route needs (contract section 1), as pure functions.
 
 Shared by the checkpoint checks and the synthetic checkpoint generator, so the two cannot
-disagree about a shape.
+disagree about a shape; the numbers themselves are qpnserve.geometry's.
 
 AWQ GEMM packing, 4 bits (pack factor 32 / 4 = 8 codes per int32), per expert projection with
 ``in_features`` K and ``out_features`` N, group g along K:
@@ -19,14 +19,6 @@ from typing import Any
 
 from qpnserve import geometry
 
-NUM_EXPERTS = geometry.NUM_EXPERTS
-TOP_K = geometry.TOP_K
-HIDDEN_SIZE = geometry.HIDDEN
-MOE_INTERMEDIATE_SIZE = geometry.MOE_INTERMEDIATE
-INTERMEDIATE_PER_RANK_TP4 = geometry.INTERMEDIATE
-NUM_MOE_LAYERS = 48
-GROUP_SIZE = geometry.GROUP
-BITS = geometry.BITS
 EXPERT_PROJS = ("gate_proj", "up_proj", "down_proj")
 EXPERT_PARTS = ("qweight", "qzeros", "scales")
 LAYER_PREFIXES = ("model.language_model.layers.", "model.layers.")
@@ -79,13 +71,13 @@ def expert_prefix(layer_prefix: str, layer: int) -> str:
 
 
 def expert_tensor_specs(
-    hidden_size: int = HIDDEN_SIZE,
-    intermediate_size: int = MOE_INTERMEDIATE_SIZE,
-    group_size: int = GROUP_SIZE,
-    bits: int = BITS,
+    hidden_size: int = geometry.HIDDEN,
+    intermediate_size: int = geometry.MOE_INTERMEDIATE,
+    group_size: int = geometry.GROUP,
+    bits: int = geometry.BITS,
 ) -> dict[str, TensorSpec]:
     """ "<proj>.<part>" -> spec, for one expert in AWQ GEMM packing."""
-    pack = 32 // bits
+    pack = geometry.WORD_BITS // bits
     specs: dict[str, TensorSpec] = {}
     for proj, k, n in (
         ("gate_proj", hidden_size, intermediate_size),

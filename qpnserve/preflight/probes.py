@@ -21,6 +21,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from qpnserve.dispatch.manifest import verify_installed
+from qpnserve.errors import QpnError
+from qpnserve.host import detect_host
 from qpnserve.preflight.facts import GpuDevice, GpuFacts, HostFacts, NvccFacts, TorchFacts
 from qpnserve.preflight.fatbin import fatbin_archs
 
@@ -232,9 +235,6 @@ def probe_nvcc() -> NvccFacts:
 def _patch_status(package_dir: Path, version: str, dist_name: str) -> tuple[str | None, str | None]:
     """(validated build, None) when the dispatch patch's drift check accepts the installed
     host source, else (None, why): the plugin's own check, run from files before any launch."""
-    from qpnserve.dispatch.manifest import verify_installed
-    from qpnserve.errors import QpnError
-
     try:
         build = verify_installed(package_dir, version, dist_name=dist_name)
     except QpnError as exc:
@@ -243,8 +243,6 @@ def _patch_status(package_dir: Path, version: str, dist_name: str) -> tuple[str 
 
 
 def probe_host(search_path: list[str] | None = None) -> HostFacts:
-    from qpnserve.host import detect_host
-
     host = detect_host(search_path)
     if host is None:
         return HostFacts(found=False)

@@ -12,7 +12,8 @@ from qpnserve import config
 from qpnserve.cli.server import render_status
 from qpnserve.host_routes import grouped_route_text, route_flag_meaning
 from qpnserve.lifecycle import StatusReport
-from qpnserve.preflight.facts import HostFacts, load_facts_file
+from qpnserve.preflight.facts import HostFacts
+from qpnserve.preflight.gather import load_facts_file
 from tests.lifecycle.conftest import FACTS_V100_OK, Env, cli
 from tests.lifecycle.test_route_check import running
 

@@ -23,8 +23,8 @@ from qpnserve.preflight.facts import (
     HostFacts,
     NvccFacts,
     TorchFacts,
-    load_facts_file,
 )
+from qpnserve.preflight.gather import load_facts_file
 from tests.preflight.conftest import H200_CU130, V100_OK
 
 
@@ -80,6 +80,14 @@ def test_check_fails_with_fewer_visible_gpus_than_tp() -> None:
     assert result.status == "FAIL"
     assert "2 visible GPU(s)" in result.reason
     assert check_gpu_count(facts, 2).status == "PASS"
+
+
+def test_check_gpu_count_fix_asks_for_as_many_gpus_as_tp() -> None:
+    facts = v100()
+    assert facts.gpu is not None
+    facts.gpu.cuda_visible_devices = "0"
+    assert "a host with 2 V100s" in (check_gpu_count(facts, 2).fix or "")
+    assert "a host with 8 V100s" in (check_gpu_count(facts, 8).fix or "")
 
 
 def test_visible_devices_follow_cuda_visible_devices_and_stop_at_bad_entry() -> None:

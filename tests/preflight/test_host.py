@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -125,3 +126,39 @@ def test_detect_host_prefers_the_distribution_whose_record_lists_the_files(
     host = detect_host([tmp_path])
     assert host is not None
     assert host.label == "revolta 0.1.4"
+
+
+def _host_kind_definitions(root: Path) -> list[str]:
+    """Modules under ``root`` that bind the name HostKind or spell its Literal out again."""
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.AnnAssign):
+                targets = [node.target]
+            bound = any(isinstance(t, ast.Name) and t.id == "HostKind" for t in targets) or (
+                isinstance(node, ast.ClassDef) and node.name == "HostKind"
+            )
+            literal = (
+                isinstance(node, ast.Subscript)
+                and ast.unparse(node).replace("'", '"') == 'Literal["native", "patched", "none"]'
+            )
+            if bound or literal:
+                found.add(str(path.relative_to(root)))
+    return sorted(found)
+
+
+def test_host_kind_is_defined_once_in_host_py() -> None:
+    import qpnserve
+
+    root = Path(qpnserve.__file__).parent
+    assert _host_kind_definitions(root) == ["host.py"]
+
+
+def test_host_kind_scan_sees_a_second_definition(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text('HostKind = Literal["native", "patched", "none"]\n')
+    (tmp_path / "b.py").write_text('kind: Literal["native", "patched", "none"] = "none"\n')
+    (tmp_path / "c.py").write_text("from qpnserve.host import HostKind\nk: HostKind\n")
+    assert _host_kind_definitions(tmp_path) == ["a.py", "b.py"]

@@ -1,0 +1,135 @@
+"""The checkpoint's directory, config and quantization: pure functions of CheckpointFacts.
+
+What the AWQ M1 route needs from the checkpoint is contract section 1 (layout.py holds the
+numbers): 512 experts, top-10, hidden 2560, intermediate 640 (160 per rank at TP4), AWQ 4-bit
+with zero points in GEMM packing at group 32. The per-tensor side is checks_tensors.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from qpnserve import geometry
+from qpnserve.preflight import layout
+from qpnserve.preflight.facts import CheckpointFacts
+from qpnserve.preflight.report import CheckResult
+from qpnserve.preflight.report import result as _r
+
+NATIVE_QUANTIZATION = f"AWQ {geometry.BITS}-bit, zero point, GEMM packing, group {geometry.GROUP}"
+RECOPY_FIX = "re-copy the checkpoint (compare file sizes with the source)"
+REQUANTIZE_FIX = (
+    f"use the native AWQ group-{geometry.GROUP} export of Qwen3.8 ({geometry.BITS}-bit, zero "
+    "point, GEMM); "
+    "other quantizations keep the host's own route"
+)
+
+
+def moe_setup(ck: CheckpointFacts) -> tuple[Mapping[str, Any], list[int], str] | None:
+    """(text config, MoE layer indices, tensor-name layer prefix) or None without a config."""
+    if ck.config is None:
+        return None
+    tc = layout.text_config(ck.config)
+    prefix = next(
+        (p for p in layout.LAYER_PREFIXES if any(n.startswith(p) for n in _sample(ck))),
+        layout.DEFAULT_LAYER_PREFIX,
+    )
+    return tc, layout.moe_layer_indices(tc), prefix
+
+
+def _sample(ck: CheckpointFacts) -> list[str]:
+    # Enough names to tell the prefix without walking the whole table.
+    out = []
+    for name in ck.tensors:
+        out.append(name)
+        if len(out) >= 64:
+            break
+    return out
+
+
+def not_converted(ck: CheckpointFacts) -> list[str]:
+    q = layout.quant_config(ck.config or {}) or {}
+    raw = q.get("modules_to_not_convert") or []
+    # A bare string would iterate as characters and match every layer.
+    return [m for m in raw if isinstance(m, str)] if isinstance(raw, list) else []
+
+
+def check_path(ck: CheckpointFacts | None) -> CheckResult:
+    name = "checkpoint.path"
+    if ck is None:
+        return _r(name, "SKIP", "no --model given")
+    if ck.error is not None or not ck.readable:
+        return _r(
+            name,
+            "FAIL",
+            f"{ck.path} {ck.error or 'is unreadable'}",
+            "pass --model the checkpoint directory (config.json, index, *.safetensors)",
+        )
+    return _r(name, "PASS", f"{ck.path}")
+
+
+def check_config(ck: CheckpointFacts, tp: int) -> CheckResult:
+    name = "checkpoint.config"
+    if ck.config is None:
+        return _r(name, "FAIL", ck.config_error or "config.json missing", "restore config.json")
+    setup = moe_setup(ck)
+    assert setup is not None
+    tc, moe_layers, _ = setup
+    problems = []
+    for key, want in (
+        ("num_experts", geometry.NUM_EXPERTS),
+        ("num_experts_per_tok", geometry.TOP_K),
+        ("hidden_size", geometry.HIDDEN),
+    ):
+        if tc.get(key) != want:
+            problems.append(f"{key} {tc.get(key)} (needs {want})")
+    inter = tc.get("moe_intermediate_size")
+    per_rank = None
+    if not isinstance(inter, int) or tp < 1 or inter % tp:
+        problems.append(f"moe_intermediate_size {inter} is not divisible by TP {tp}")
+    else:
+        per_rank = inter // tp
+        if per_rank != geometry.INTERMEDIATE:
+            problems.append(
+                f"moe_intermediate_size {inter} / TP {tp} = {per_rank} per rank "
+                f"(the operator needs {geometry.INTERMEDIATE})"
+            )
+    if not moe_layers:
+        problems.append(f"no MoE layers (num_hidden_layers {tc.get('num_hidden_layers')})")
+    if problems:
+        return _r(name, "FAIL", "; ".join(problems), REQUANTIZE_FIX)
+    return _r(
+        name,
+        "PASS",
+        f"{tc['num_experts']} experts, top-{tc['num_experts_per_tok']}, hidden "
+        f"{tc['hidden_size']}, intermediate {inter} ({per_rank} per rank at TP{tp}), "
+        f"{len(moe_layers)} MoE layers of {tc.get('num_hidden_layers')}",
+    )
+
+
+def check_quantization(ck: CheckpointFacts) -> CheckResult:
+    name = "checkpoint.quantization"
+    if ck.config is None:
+        return _r(name, "SKIP", "needs a readable config.json")
+    q = layout.quant_config(ck.config)
+    if q is None:
+        return _r(name, "FAIL", "no quantization_config: not an AWQ checkpoint", REQUANTIZE_FIX)
+    method = str(q.get("quant_method", "")).lower()
+    bits = q.get("bits", q.get("w_bit"))
+    group = q.get("group_size", q.get("q_group_size"))
+    zero_point = q.get("zero_point")
+    version = str(q.get("version", "")).lower()
+    problems = []
+    if method != "awq":
+        problems.append(f"quant_method {method or None!r} (needs 'awq')")
+    if bits != geometry.BITS:
+        problems.append(f"bits {bits} (needs {geometry.BITS})")
+    if group != geometry.GROUP:
+        problems.append(f"group_size {group} (needs {geometry.GROUP})")
+    if zero_point is not True:
+        problems.append(f"zero_point {zero_point} (needs true)")
+    if version != "gemm":
+        problems.append(f"version {version or None!r} (needs 'gemm')")
+    if problems:
+        return _r(name, "FAIL", "; ".join(problems), REQUANTIZE_FIX)
+    return _r(name, "PASS", NATIVE_QUANTIZATION)

@@ -1,0 +1,85 @@
+"""Gathering the facts: probe this machine once, or read them from a recorded file.
+
+$QPNSERVE_FACTS_FILE replaces the machine probes (gpu, torch, nvcc, host, and env when the file
+has it) with recorded facts; the checkpoint is still probed from ``--model``. Imports run one
+way: gather -> probes/checkpoint -> facts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from qpnserve.config import FACTS_FILE
+from qpnserve.errors import UsageError
+from qpnserve.preflight import probes
+from qpnserve.preflight.checkpoint import probe_checkpoint
+from qpnserve.preflight.facts import Facts, HostFacts
+
+
+def load_facts_file(path: Path) -> Facts:
+    """Recorded facts. A missing or malformed file is a usage error (exit 2), never a guess."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        facts = Facts.model_validate(data)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read {FACTS_FILE.name}={path}: {exc.strerror or exc}",
+            hint=f"unset {FACTS_FILE.name} to probe this machine",
+        ) from None
+    except (ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise UsageError(
+            f"{FACTS_FILE.name}={path} is not a facts file: {first}",
+            hint="record one with `qpnserve check --json` and keep its `facts` object",
+        ) from None
+    return facts.model_copy(update={"source": "recorded"})
+
+
+def host_facts(facts_file: Path | None = None) -> HostFacts:
+    """The installed host as `up` will see it: from $QPNSERVE_FACTS_FILE when set (and it
+    records a host), else probed from the installed files."""
+    if facts_file is None and os.environ.get(FACTS_FILE.name):
+        facts_file = Path(os.environ[FACTS_FILE.name])
+    if facts_file is not None:
+        recorded = load_facts_file(facts_file).host
+        if recorded is not None:
+            return recorded
+    return probes.probe_host()
+
+
+def gather_facts(
+    model: Path | None,
+    groups: set[str],
+    facts_file: Path | None = None,
+) -> Facts:
+    """Probe what ``groups`` need, once. With ``facts_file`` (default: $QPNSERVE_FACTS_FILE)
+    the machine facts come from that file; the checkpoint is always probed from ``model``."""
+    if facts_file is None and os.environ.get(FACTS_FILE.name):
+        facts_file = Path(os.environ[FACTS_FILE.name])
+    if facts_file is not None:
+        facts = load_facts_file(facts_file)
+        # Keep only what the chosen groups use, as a probe would.
+        if "gpu" not in groups:
+            facts.gpu = None
+        if "toolchain" not in groups:
+            facts.torch = facts.nvcc = facts.host = facts.env = None
+        elif facts.env is None:
+            facts.env = probes.probe_env()
+        facts.checkpoint = None
+    else:
+        facts = Facts(hostname=platform.node())
+        if "gpu" in groups:
+            facts.gpu = probes.probe_gpu()
+        if "toolchain" in groups:
+            facts.torch = probes.probe_torch()
+            facts.nvcc = probes.probe_nvcc()
+            facts.host = probes.probe_host()
+            facts.env = probes.probe_env()
+    if "checkpoint" in groups and model is not None:
+        facts.checkpoint = probe_checkpoint(model)
+    return facts
