@@ -13,7 +13,6 @@ import typer
 
 from qpnserve import config
 from qpnserve.cli.app import app, emit_json, handles_errors, message
-from qpnserve.launch import DEFAULT_SERVER_MODULE  # stdlib-only module: --help stays light
 
 if TYPE_CHECKING:
     from qpnserve.lifecycle import LaunchPlan, StatusReport
@@ -55,7 +54,7 @@ def up(
         "env, start nothing; exit as up would.",
     ),
     server_module: str = typer.Option(
-        DEFAULT_SERVER_MODULE,
+        config.DEFAULT_SERVER_MODULE,
         "--server-module",
         envvar=config.SERVER_MODULE.name,
         help="Python module run as the server (tests point it at a stand-in).",

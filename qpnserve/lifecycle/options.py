@@ -18,7 +18,6 @@ from pathlib import Path
 
 from qpnserve import config
 from qpnserve.errors import PreflightError
-from qpnserve.launch import DEFAULT_SERVER_MODULE
 from qpnserve.state import HostKind
 
 Progress = Callable[[str], None]
@@ -44,7 +43,7 @@ class UpOptions:
     timeout_s: float = 1800.0  # 4x V100 loads take minutes; CUDA graph capture adds more
     stop_timeout_s: float = 60.0  # grace period of the group stop on failure or Ctrl-C
     extra_args: list[str] = field(default_factory=list)
-    server_module: str = DEFAULT_SERVER_MODULE
+    server_module: str = config.DEFAULT_SERVER_MODULE
     poll_s: float = 1.0
     progress_every_s: float = 10.0
 
@@ -105,7 +104,7 @@ def run_preflight_stage(opts: UpOptions, progress: Progress) -> HostSummary:
 
 
 def _server_overlay(opts: UpOptions) -> dict[str, str]:
-    from qpnserve.launch import installed_general_plugins, plugin_allow_list
+    from qpnserve.lifecycle.launch import installed_general_plugins, plugin_allow_list
 
     plugins = plugin_allow_list(
         os.environ.get(config.VLLM_PLUGINS.name),

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from qpnserve import config
 from qpnserve.errors import UsageError
-from qpnserve.launch import (
-    DEFAULT_SERVER_MODULE,
+from qpnserve.lifecycle.launch import (
     build_argv,
     build_env,
     default_python,
@@ -20,7 +20,7 @@ from qpnserve.launch import (
     route_env_record,
 )
 from qpnserve.lifecycle.options import UpOptions
-from qpnserve.procs import start_ticks
+from qpnserve.lifecycle.procs import start_ticks
 from qpnserve.state import DesiredState, HostKind, RunningState, logs_dir, report_dir
 
 
@@ -141,5 +141,7 @@ def desired_from(opts: UpOptions) -> DesiredState:
         host=opts.host,
         port=opts.port,
         extra_args=list(opts.extra_args),
-        server_module=None if opts.server_module == DEFAULT_SERVER_MODULE else opts.server_module,
+        server_module=None
+        if opts.server_module == config.DEFAULT_SERVER_MODULE
+        else opts.server_module,
     )

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from qpnserve import config
 from qpnserve.errors import ConflictError, PreflightError, ServerError
-from qpnserve.launch import port_holder, port_in_use, start_server
 from qpnserve.lifecycle import options
+from qpnserve.lifecycle.launch import port_holder, port_in_use, start_server
 from qpnserve.lifecycle.options import (
     HostSummary,
     Progress,
@@ -29,7 +29,7 @@ from qpnserve.lifecycle.plan import (
     starting_state,
     validate,
 )
-from qpnserve.procs import (
+from qpnserve.lifecycle.procs import (
     descendants,
     gpu_compute_processes,
     group_members,
@@ -37,8 +37,8 @@ from qpnserve.procs import (
     log_tail,
     stop_group,
 )
-from qpnserve.readiness import wait_ready
-from qpnserve.route_check import expected_moe_layers, route_problems, summarize
+from qpnserve.lifecycle.readiness import wait_ready
+from qpnserve.lifecycle.route_check import expected_moe_layers, route_problems, summarize
 from qpnserve.route_report import read_refusals, read_reports
 from qpnserve.state import (
     RunningState,

@@ -19,7 +19,7 @@ from qpnserve import config
 from qpnserve.cli import app
 from qpnserve.fixtures.checkpoint import write_checkpoint
 from qpnserve.lifecycle import options
-from qpnserve.procs import read_stat
+from qpnserve.lifecycle.procs import read_stat
 from tests.lifecycle.stages import test_stages
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
