@@ -39,7 +39,7 @@ from qpnserve.lifecycle.procs import (
 )
 from qpnserve.lifecycle.readiness import wait_ready
 from qpnserve.lifecycle.route_check import expected_moe_layers, route_problems, summarize
-from qpnserve.route_report import read_refusals, read_reports
+from qpnserve.route_report import clear_reports, read_refusals, read_reports
 from qpnserve.state import (
     RunningState,
     clear_running,
@@ -72,8 +72,7 @@ def up(
         say(line)
     with locked(root):
         check_conflicts(root, opts, say)
-        for stale in plan.report_dir.glob("route-r*.json"):
-            stale.unlink()  # a report (or refusal) of an earlier server never speaks for this one
+        clear_reports(plan.report_dir)
         write_desired(root, desired_from(opts))
         popen = start_server(plan.argv, plan.env, plan.cwd, plan.log_path)
         try:
