@@ -29,17 +29,11 @@ from qpnserve.lifecycle.control import (
     status,
     up_argv,
 )
-from qpnserve.lifecycle.options import (
-    HostSummary,
-    Progress,
-    Stages,
-    UpOptions,
-    default_stages,
-    stderr_progress,
-)
+from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress
 from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
 from qpnserve.lifecycle.preview import DryRun, dry_run
 from qpnserve.lifecycle.rollback import RollbackResult, rollback
+from qpnserve.lifecycle.stages import HostSummary, Stages, default_stages
 from qpnserve.lifecycle.up import up
 
 __all__ = [

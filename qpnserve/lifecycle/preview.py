@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from qpnserve import config
 from qpnserve.errors import QpnError
-from qpnserve.lifecycle import options
-from qpnserve.lifecycle.options import Progress, Stages, UpOptions, stderr_progress
-from qpnserve.lifecycle.plan import LaunchPlan, plan_launch, validate
+from qpnserve.lifecycle import stages as stage_defaults
+from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress
+from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
+from qpnserve.lifecycle.stages import Stages
 from qpnserve.lifecycle.up import checks_before_start
 
 
@@ -24,15 +25,14 @@ def dry_run(
 ) -> DryRun:
     """`up`'s checks before the start (not the build), and its plan; starts and records nothing."""
     say = progress or stderr_progress
-    stages = stages or options.default_stages()
-    validate(opts)
+    stages = stages or stage_defaults.default_stages()
+    plan = plan_launch(opts, config.state_dir())
     error = None
     try:
-        checks_before_start(opts, say, stages, dry_run=True)
+        checks_before_start(opts, plan.env, say, stages, dry_run=True)
         say("extension: not built in a dry run (`qpnserve build` builds it)")
     except QpnError as exc:
         error = exc
-    plan = plan_launch(opts, config.state_dir())
     for line in plan.replaced:
         say(line)
     return DryRun(plan, error)

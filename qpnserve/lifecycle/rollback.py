@@ -15,8 +15,9 @@ from pydantic import BaseModel, Field
 from qpnserve import config
 from qpnserve.errors import UsageError
 from qpnserve.lifecycle.control import down, restart_command, restart_decision
-from qpnserve.lifecycle.options import Progress, Stages, UpOptions, stderr_progress
+from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress
 from qpnserve.lifecycle.procs import is_alive
+from qpnserve.lifecycle.stages import Stages
 from qpnserve.lifecycle.up import up
 from qpnserve.state import (
     DesiredState,

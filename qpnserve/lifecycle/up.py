@@ -7,28 +7,16 @@ import contextlib
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
 from qpnserve import config
 from qpnserve.errors import ConflictError, PreflightError, ServerError
-from qpnserve.lifecycle import options
+from qpnserve.lifecycle import stages as stage_defaults
 from qpnserve.lifecycle.launch import port_holder, port_in_use, start_server
-from qpnserve.lifecycle.options import (
-    HostSummary,
-    Progress,
-    Stages,
-    UpOptions,
-    stderr_progress,
-)
-from qpnserve.lifecycle.plan import (
-    LaunchPlan,
-    desired_from,
-    plan_launch,
-    starting_state,
-    validate,
-)
+from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress, validate
+from qpnserve.lifecycle.plan import LaunchPlan, desired_from, plan_launch, starting_state
 from qpnserve.lifecycle.procs import (
     descendants,
     gpu_compute_processes,
@@ -39,6 +27,7 @@ from qpnserve.lifecycle.procs import (
 )
 from qpnserve.lifecycle.readiness import wait_ready
 from qpnserve.lifecycle.route_check import expected_moe_layers, route_problems, summarize
+from qpnserve.lifecycle.stages import HostSummary, Stages
 from qpnserve.route_report import clear_reports, read_refusals, read_reports
 from qpnserve.state import (
     RunningState,
@@ -62,12 +51,12 @@ def up(
     on its own, KeyboardInterrupt (after stopping the group) on Ctrl-C or SIGTERM.
     """
     say = progress or stderr_progress
-    stages = stages or options.default_stages()  # looked up per call: tests replace it
-    root, host = checks_before_start(opts, say, stages)
+    stages = stages or stage_defaults.default_stages()  # looked up per call: tests replace it
+    plan = plan_launch(opts, config.state_dir())
+    root, host = checks_before_start(opts, plan.env, say, stages)
     build_key = (
         stages.prepare_extension(host, say) if opts.awq_m1 and host.kind == "patched" else None
     )
-    plan = plan_launch(opts, root)
     for line in plan.replaced:
         say(line)
     with locked(root):
@@ -100,14 +89,19 @@ def up(
 
 
 def checks_before_start(
-    opts: UpOptions, say: Progress, stages: Stages, dry_run: bool = False
+    opts: UpOptions,
+    server_env: Mapping[str, str],
+    say: Progress,
+    stages: Stages,
+    dry_run: bool = False,
 ) -> tuple[Path, HostSummary]:
+    """`up`'s checks before anything starts; the preflight judges ``server_env``."""
     validate(opts)
     root = ensure_state_dir()
     with locked(root):
         check_conflicts(root, opts, say, dry_run)  # fail fast, before the slow stages
     _warn_busy_gpus(say)
-    host = stages.preflight(opts, say)
+    host = stages.preflight(opts, server_env, say)
     if opts.awq_m1 and host.kind not in ("native", "patched"):
         raise PreflightError(
             f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",
