@@ -1,4 +1,5 @@
-"""The options of the lifecycle stages: what `up` is asked to start, and their checks.
+"""The options of the lifecycle stages: what `up` is asked to start, their checks, and the
+defaults they take from the desired state (the route the last `up` or `rollback` chose).
 
 Nothing here runs a stage; the stages before the start live in stages.py.
 """
@@ -9,9 +10,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from qpnserve import config
 from qpnserve.errors import UsageError
+from qpnserve.state import DesiredState, read_desired
 
 Progress = Callable[[str], None]
 
@@ -59,3 +62,32 @@ def validate(opts: UpOptions) -> None:
             "the route needs qpnserve's plugin: it applies the dispatch and writes the proof",
             hint="drop --unpatch, or start with --no-awq-m1",
         )
+
+
+def resolve_up_options(
+    *, model: Path | None, awq_m1: bool | None, **fields: Any
+) -> tuple[UpOptions, str | None]:
+    """`up`'s options from what the user passed, filled from the desired state (what the last
+    `up` or `rollback` recorded). ``awq_m1`` None: the desired route, else on. Returns the
+    options and, when the route came from the desired state, a line that says so."""
+    root = config.state_dir()
+    desired = read_desired(root) if root.is_dir() else None
+    return options_from_desired(desired, model=model, awq_m1=awq_m1, **fields)
+
+
+def options_from_desired(
+    desired: DesiredState | None, *, model: Path | None, awq_m1: bool | None, **fields: Any
+) -> tuple[UpOptions, str | None]:
+    model = model or (Path(desired.model) if desired and desired.model else None)
+    if model is None:
+        raise UsageError(
+            "--model is required", hint=f"pass --model PATH or set {config.MODEL.name}"
+        )
+    route_on = awq_m1 if awq_m1 is not None else (desired.awq_m1 if desired else True)
+    # An explicit --awq-m1 brings the plugin back after `rollback --unpatch`.
+    include_plugin = True if awq_m1 else (desired.include_plugin if desired else True)
+    opts = UpOptions(model=model, awq_m1=route_on, include_plugin=include_plugin, **fields)
+    note = None
+    if awq_m1 is None and desired is not None:
+        note = f"route: {'on' if route_on else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
+    return opts, note

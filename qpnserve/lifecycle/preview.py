@@ -15,9 +15,35 @@ from qpnserve.lifecycle.up import checks_before_start
 
 
 @dataclass(frozen=True)
-class DryRun:
+class PlanView:
+    """The plan as `up --dry-run` shows it: what it runs, and what the route means on the
+    installed host (the same wording as `check` and `status`)."""
+
     plan: LaunchPlan
+    host: str  # "ReVolta 0.1.4 (native)", or "no vllm found"
+    route: str
+    grouped_route: str | None  # a native host's grouped route on the same layers, if any
+
+
+@dataclass(frozen=True)
+class DryRun:
+    view: PlanView
     error: QpnError | None  # what `up` would stop with before starting; None: it would start
+
+    @property
+    def plan(self) -> LaunchPlan:
+        return self.view.plan
+
+
+def describe_plan(plan: LaunchPlan) -> PlanView:
+    from qpnserve.host_routes import grouped_route_text, route_flag_meaning
+    from qpnserve.preflight.facts import host_facts
+
+    host = host_facts()
+    kind = host.kind if host.found else None
+    route = route_flag_meaning(plan.recorded_env.get(config.ROUTE_FLAG.name), kind)
+    label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
+    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind))
 
 
 def dry_run(
@@ -35,4 +61,4 @@ def dry_run(
         error = exc
     for line in plan.replaced:
         say(line)
-    return DryRun(plan, error)
+    return DryRun(describe_plan(plan), error)
