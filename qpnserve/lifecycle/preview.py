@@ -10,8 +10,8 @@ from qpnserve.errors import QpnError
 from qpnserve.lifecycle import stages as stage_defaults
 from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress
 from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
+from qpnserve.lifecycle.prestart import checks_before_start
 from qpnserve.lifecycle.stages import Stages
-from qpnserve.lifecycle.up import checks_before_start
 
 
 @dataclass(frozen=True)
