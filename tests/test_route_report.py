@@ -6,39 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from qpnserve.route_report import (
-    LayerDecision,
     RouteRefusal,
-    RouteReport,
     clear_reports,
     read_refusals,
     read_reports,
     write_refusal,
     write_report,
 )
-
-
-def _report(rank: int) -> RouteReport:
-    return RouteReport(
-        route_flag="1",
-        host_kind="patched",
-        host_version="1.3.0",
-        patch_id=None,
-        build_key=None,
-        tp_rank=rank,
-        tp_size=2,
-        pid=100 + rank,
-        layers=[LayerDecision(layer="model.layers.1.mlp.experts", admitted=True)],
-    )
+from tests.lifecycle.test_route_check import report
 
 
 def test_reports_read_back_sorted_by_rank(tmp_path: Path) -> None:
-    write_report(tmp_path, _report(1))
-    write_report(tmp_path, _report(0))
+    write_report(tmp_path, report(1))
+    write_report(tmp_path, report(0))
     assert [r.tp_rank for r in read_reports(tmp_path)] == [0, 1]
 
 
 def test_clear_reports_removes_reports_and_refusals_and_keeps_other_files(tmp_path: Path) -> None:
-    write_report(tmp_path, _report(0))
+    write_report(tmp_path, report(0))
     write_refusal(tmp_path, RouteRefusal(route_flag="1", process="MainProcess", pid=7, reason="x"))
     other = tmp_path / "server.log"
     other.write_text("kept\n")
