@@ -48,6 +48,8 @@ SERVED_MODEL = EnvVar(
 )
 # `up`/`down`/`rollback`: what scripts set once. The server module is replaceable so tests can
 # launch a stand-in process instead of vLLM; the output always names the module that ran.
+# The default lives here, not in lifecycle/, so `qpnserve --help` shows it without loading more.
+DEFAULT_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SERVER_MODULE = EnvVar(
     "QPNSERVE_SERVER_MODULE",
     "default --server-module of `up` (default vllm.entrypoints.openai.api_server)",

@@ -1,6 +1,6 @@
 """What the route flag means on each kind of host, and the host's other routes on the same
-MoE layers: one wording for `check`, `status` and `up --dry-run`. Pure and light
-(imported by `launch`, so `qpnserve --help` never loads more than qpnserve.config).
+MoE layers: one wording for `check`, `status` and `up --dry-run`. Pure and light (it imports
+only qpnserve.config), so the CLI and the launch plan share it without loading more.
 
 On a native host (ReVolta 0.1.4, ``vllm/envs.py``) ``VLLM_SM70_AWQ_QWEN38_QPN_M1`` defaults to
 on when unset, and an unsupported layer then falls back silently; an explicit ``1`` fails closed.

@@ -1,7 +1,11 @@
-"""The per-rank route report: written by the plugin in every tensor-parallel worker once its MoE
-layers are initialised, read by `qpnserve up` (to verify admission) and `qpnserve status`.
+"""The file format between the plugin (writer) and the lifecycle (reader): every path, name and
+schema of the report directory lives here, and nothing else reads or writes those files.
 
-File: ``<report dir>/route-rank<R>.json`` (one per rank), written atomically.
+- The per-rank route report, written by the plugin in every tensor-parallel worker once its MoE
+  layers are initialised, read by `qpnserve up` (to verify admission) and `qpnserve status`.
+  File: ``<report dir>/route-rank<R>.json`` (one per rank), written atomically.
+- The refusal record, written by the plugin in a process that refuses the route, read by `up`.
+  File: ``<report dir>/route-refusal-pid<P>.json``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from qpnserve.fsutil import atomic_write_text
 from qpnserve.host import HostKind
 
 SCHEMA_VERSION = 1
+_REPORT_GLOB = "route-rank*.json"
+_REFUSAL_GLOB = "route-refusal-pid*.json"
 
 
 class LayerDecision(BaseModel):
@@ -59,7 +65,7 @@ def write_report(report_dir: Path, report: RouteReport) -> Path:
 def read_reports(report_dir: Path) -> list[RouteReport]:
     """All rank reports in ``report_dir``, sorted by rank. A corrupt file is a StateError."""
     reports = []
-    for path in sorted(report_dir.glob("route-rank*.json")):
+    for path in sorted(report_dir.glob(_REPORT_GLOB)):
         try:
             reports.append(RouteReport.model_validate(json.loads(path.read_text("utf-8"))))
         except (OSError, ValueError, ValidationError) as exc:
@@ -88,8 +94,12 @@ class RouteRefusal(BaseModel):
     reason: str
 
 
+def refusal_path(report_dir: Path, pid: int) -> Path:
+    return report_dir / f"route-refusal-pid{pid}.json"
+
+
 def write_refusal(report_dir: Path, refusal: RouteRefusal) -> Path:
-    path = report_dir / f"route-refusal-pid{refusal.pid}.json"
+    path = refusal_path(report_dir, refusal.pid)
     atomic_write_text(path, refusal.model_dump_json(indent=2) + "\n")
     return path
 
@@ -98,9 +108,16 @@ def read_refusals(report_dir: Path) -> list[RouteRefusal]:
     """Every readable refusal, oldest first; an unreadable one is skipped (it only explains a
     failure that `up` reports anyway)."""
     refusals = []
-    for path in report_dir.glob("route-refusal-pid*.json"):
+    for path in report_dir.glob(_REFUSAL_GLOB):
         try:
             refusals.append(RouteRefusal.model_validate(json.loads(path.read_text("utf-8"))))
         except (OSError, ValueError, ValidationError):
             continue
     return sorted(refusals, key=lambda r: r.written_at)
+
+
+def clear_reports(report_dir: Path) -> None:
+    """Remove every report and refusal: one of an earlier server never speaks for the next."""
+    for pattern in (_REPORT_GLOB, _REFUSAL_GLOB):
+        for stale in report_dir.glob(pattern):
+            stale.unlink(missing_ok=True)

@@ -13,10 +13,9 @@ import typer
 
 from qpnserve import config
 from qpnserve.cli.app import app, emit_json, handles_errors, message
-from qpnserve.launch import DEFAULT_SERVER_MODULE  # stdlib-only module: --help stays light
 
 if TYPE_CHECKING:
-    from qpnserve.lifecycle import LaunchPlan, StatusReport
+    from qpnserve.lifecycle import PlanView, StatusReport
 
 _JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
@@ -55,7 +54,7 @@ def up(
         "env, start nothing; exit as up would.",
     ),
     server_module: str = typer.Option(
-        DEFAULT_SERVER_MODULE,
+        config.DEFAULT_SERVER_MODULE,
         "--server-module",
         envvar=config.SERVER_MODULE.name,
         help="Python module run as the server (tests point it at a stand-in).",
@@ -65,23 +64,11 @@ def up(
     """Preflight, build or load the extension, start the server, prove it serves (and that every
     rank admitted every MoE layer with the route on), record it. Foreground unless --detach."""
     from qpnserve import lifecycle
-    from qpnserve.errors import PreflightError, UsageError
-    from qpnserve.state import read_desired
+    from qpnserve.errors import PreflightError
 
-    root = config.state_dir()
-    desired = read_desired(root) if root.is_dir() else None
-    model = model or (Path(desired.model) if desired and desired.model else None)
-    if model is None:
-        raise UsageError(
-            "--model is required", hint=f"pass --model PATH or set {config.MODEL.name}"
-        )
-    route_on = awq_m1 if awq_m1 is not None else (desired.awq_m1 if desired else True)
-    # An explicit --awq-m1 brings the plugin back after `rollback --unpatch`.
-    include_plugin = True if awq_m1 else (desired.include_plugin if desired else True)
-    opts = lifecycle.UpOptions(
+    opts, route_note = lifecycle.resolve_up_options(
         model=model,
-        awq_m1=route_on,
-        include_plugin=include_plugin,
+        awq_m1=awq_m1,
         tp=tp,
         host=host,
         port=port,
@@ -92,13 +79,11 @@ def up(
         extra_args=list(extra_args or []),
         server_module=server_module,
     )
-    if awq_m1 is None and desired is not None:
-        message(
-            f"route: {'on' if route_on else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
-        )
+    if route_note:
+        message(route_note)
     if dry_run:
         checked = lifecycle.dry_run(opts, progress=message)
-        _print_plan(checked.plan, json_out)
+        _print_plan(checked.view, json_out)
         if checked.error is not None:
             raise checked.error
         return
@@ -112,16 +97,8 @@ def up(
         emit_json(running)
 
 
-def _print_plan(plan: LaunchPlan, json_out: bool) -> None:
-    from qpnserve.host_routes import grouped_route_text, route_flag_meaning
-    from qpnserve.preflight.gather import host_facts
-
-    host = host_facts()
-    kind = host.kind if host.found else None
-    flag = plan.recorded_env.get(config.ROUTE_FLAG.name)
-    route = route_flag_meaning(flag, kind)
-    grouped = grouped_route_text(plan.recorded_env, kind)
-    label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
+def _print_plan(view: PlanView, json_out: bool) -> None:
+    plan = view.plan
     if json_out:
         emit_json(
             {
@@ -130,17 +107,17 @@ def _print_plan(plan: LaunchPlan, json_out: bool) -> None:
                 "cwd": str(plan.cwd),
                 "log_path": str(plan.log_path),
                 "report_dir": str(plan.report_dir),
-                "host": label,
-                "route": route,
-                "grouped_route": grouped,
+                "host": view.host,
+                "route": view.route,
+                "grouped_route": view.grouped_route,
             }
         )
         return
     message("dry run: nothing was started")
     lines = [f"# environment that decides the route (the rest is inherited), cwd {plan.cwd}"]
-    lines.append(f"# host {label}: route {route}")
-    if grouped:
-        lines.append(f"# {grouped}")
+    lines.append(f"# host {view.host}: route {view.route}")
+    if view.grouped_route:
+        lines.append(f"# {view.grouped_route}")
     for name, value in plan.recorded_env.items():
         lines.append(f"{name}={shlex.quote(value)}" if value is not None else f"# {name} unset")
     lines.append(shlex.join(plan.argv))

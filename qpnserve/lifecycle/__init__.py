@@ -6,8 +6,11 @@ through a callback (default: stderr); they never print data.
 - ``up(opts: UpOptions, progress=None, stages=None) -> RunningState``: detached, returns once
   ready; foreground, returns after `qpnserve down` stopped the server (KeyboardInterrupt after
   stopping the group on Ctrl-C/SIGTERM; ServerError if the server exits on its own).
+- ``resolve_up_options(model=, awq_m1=, **fields) -> (UpOptions, note)``: the user's options,
+  with the route and model the desired state records where the user left them out.
 - ``dry_run(opts, progress=None, stages=None) -> DryRun``: `up`'s checks before the start and
-  its plan; the error `up` would stop with is returned, not raised.
+  its plan with what the route means on the installed host; the error `up` would stop with is
+  returned, not raised.
 - ``down(timeout_s=60.0, progress=None) -> DownResult``
 - ``status(probe_timeout_s=2.0) -> StatusReport``
 - ``rollback(restart=False, unpatch=False, stop_timeout_s=60.0, up_timeout_s=1800.0,
@@ -29,17 +32,11 @@ from qpnserve.lifecycle.control import (
     status,
     up_argv,
 )
-from qpnserve.lifecycle.options import (
-    HostSummary,
-    Progress,
-    Stages,
-    UpOptions,
-    default_stages,
-    stderr_progress,
-)
+from qpnserve.lifecycle.options import Progress, UpOptions, resolve_up_options, stderr_progress
 from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
-from qpnserve.lifecycle.preview import DryRun, dry_run
+from qpnserve.lifecycle.preview import DryRun, PlanView, dry_run
 from qpnserve.lifecycle.rollback import RollbackResult, rollback
+from qpnserve.lifecycle.stages import HostSummary, Stages, default_stages
 from qpnserve.lifecycle.up import up
 
 __all__ = [
@@ -47,6 +44,7 @@ __all__ = [
     "DryRun",
     "HostSummary",
     "LaunchPlan",
+    "PlanView",
     "Progress",
     "RollbackResult",
     "Stages",
@@ -56,6 +54,7 @@ __all__ = [
     "down",
     "dry_run",
     "plan_launch",
+    "resolve_up_options",
     "restart_command",
     "restart_decision",
     "rollback",

@@ -12,8 +12,8 @@ from pydantic import BaseModel, Field
 from qpnserve import config
 from qpnserve.errors import QpnError
 from qpnserve.lifecycle.options import Progress, stderr_progress
-from qpnserve.procs import group_members, is_alive, stop_group
-from qpnserve.route_check import RouteSummary, expected_moe_layers, summarize
+from qpnserve.lifecycle.procs import group_members, is_alive, stop_group
+from qpnserve.lifecycle.route_check import RouteSummary, expected_moe_layers, summarize
 from qpnserve.route_report import read_reports
 from qpnserve.state import (
     DesiredState,

@@ -1,25 +1,20 @@
-"""Inputs of the lifecycle stages, and the two stages `up` runs before it starts a server
-(preflight, which also says which host is installed; build-or-load of the extension), bundled
-so tests can replace them.
+"""The options of the lifecycle stages: what `up` is asked to start, their checks, and the
+defaults they take from the desired state (the route the last `up` or `rollback` chose).
 
-The defaults are the real stages. Tests that have no GPU and no vLLM replace ``Stages`` (see
-tests/lifecycle/); nothing in a user-facing path ever skips or fakes them.
+Nothing here runs a stage; the stages before the start live in stages.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from qpnserve import config
-from qpnserve.errors import PreflightError
-from qpnserve.launch import DEFAULT_SERVER_MODULE
-from qpnserve.state import HostKind
+from qpnserve.errors import UsageError
+from qpnserve.state import DesiredState, read_desired
 
 Progress = Callable[[str], None]
 
@@ -44,7 +39,7 @@ class UpOptions:
     timeout_s: float = 1800.0  # 4x V100 loads take minutes; CUDA graph capture adds more
     stop_timeout_s: float = 60.0  # grace period of the group stop on failure or Ctrl-C
     extra_args: list[str] = field(default_factory=list)
-    server_module: str = DEFAULT_SERVER_MODULE
+    server_module: str = config.DEFAULT_SERVER_MODULE
     poll_s: float = 1.0
     progress_every_s: float = 10.0
 
@@ -53,98 +48,46 @@ class UpOptions:
         return self.served_model_name or self.model.resolve().name
 
 
-@dataclass(frozen=True)
-class HostSummary:
-    """What `up` records about the host: its kind and version, from the preflight's facts
-    (probed, or recorded in $QPNSERVE_FACTS_FILE), so `up` decides on what `check` saw."""
-
-    kind: HostKind
-    version: str | None
-
-
-@dataclass
-class Stages:
-    """The stages before the start.
-
-    ``preflight`` raises PreflightError on any FAIL and returns the host it saw;
-    ``prepare_extension`` returns the extension's build key.
-    """
-
-    preflight: Callable[[UpOptions, Progress], HostSummary]
-    prepare_extension: Callable[[HostSummary, Progress], str]
-
-
-def run_preflight_stage(opts: UpOptions, progress: Progress) -> HostSummary:
-    """`qpnserve check` for this start: any FAIL stops `up` (the route adds its own checks).
-
-    The environment checks judge the server's environment, not the caller's: `up` sets the
-    route flag and VLLM_PLUGINS itself, and everything else the server inherits.
-    """
-    from qpnserve.preflight import run_preflight
-
-    progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
-    with _environ(_server_overlay(opts)):
-        report = run_preflight(opts.model, tp=opts.tp, awq_m1=opts.awq_m1)
-    failed = report.failed()
-    if failed:
-        first = failed[0]
-        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        check = ["qpnserve", "check", "--model", str(opts.model)]
-        check += ["--tp", str(opts.tp)] if opts.tp != 4 else []
-        check += [] if opts.awq_m1 else ["--no-awq-m1"]
-        every = f"all {len(failed)} FAILs" if len(failed) > 1 else "the full report"
-        raise PreflightError(
-            f"preflight failed: {first.name}: {first.reason}{more}",
-            hint=f"{first.fix + '; ' if first.fix else ''}{every}: `{shlex.join(check)}`",
-            report=report,
+def validate(opts: UpOptions) -> None:
+    if not opts.model.is_dir():
+        raise UsageError(f"--model {opts.model} is not a directory", hint="pass the checkpoint dir")
+    if opts.tp < 1:
+        raise UsageError(f"--tp must be at least 1, got {opts.tp}")
+    if not 1 <= opts.port <= 65535:
+        raise UsageError(f"--port must be 1..65535, got {opts.port}")
+    if opts.timeout_s <= 0:
+        raise UsageError(f"--timeout-s must be positive, got {opts.timeout_s}")
+    if opts.awq_m1 and not opts.include_plugin:
+        raise UsageError(
+            "the route needs qpnserve's plugin: it applies the dispatch and writes the proof",
+            hint="drop --unpatch, or start with --no-awq-m1",
         )
-    host = report.facts.host
-    if host is None or not host.found:
-        return HostSummary(kind="none", version=None)
-    return HostSummary(kind=host.kind, version=host.version)
 
 
-def _server_overlay(opts: UpOptions) -> dict[str, str]:
-    from qpnserve.launch import installed_general_plugins, plugin_allow_list
-
-    plugins = plugin_allow_list(
-        os.environ.get(config.VLLM_PLUGINS.name),
-        include_plugin=opts.include_plugin,
-        installed=installed_general_plugins(),
-    )
-    return {config.ROUTE_FLAG.name: "1" if opts.awq_m1 else "0", config.VLLM_PLUGINS.name: plugins}
-
-
-@contextlib.contextmanager
-def _environ(overlay: dict[str, str]) -> Iterator[None]:
-    """os.environ with ``overlay`` applied, restored after (the preflight probes os.environ)."""
-    saved = {name: os.environ.get(name) for name in overlay}
-    os.environ.update(overlay)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+def resolve_up_options(
+    *, model: Path | None, awq_m1: bool | None, **fields: Any
+) -> tuple[UpOptions, str | None]:
+    """`up`'s options from what the user passed, filled from the desired state (what the last
+    `up` or `rollback` recorded). ``awq_m1`` None: the desired route, else on. Returns the
+    options and, when the route came from the desired state, a line that says so."""
+    root = config.state_dir()
+    desired = read_desired(root) if root.is_dir() else None
+    return options_from_desired(desired, model=model, awq_m1=awq_m1, **fields)
 
 
-def prepare_extension_stage(host: HostSummary, progress: Progress) -> str:
-    """Build the operator for $QPNSERVE_BUILD_ARCH (else the visible GPUs), or reuse the cached
-    build with the same key;
-    the plugin in every worker loads that build (it never compiles)."""
-    from qpnserve.kernels.build import build
-
-    arch = os.environ.get(config.BUILD_ARCH.name) or None
-    progress(
-        "extension: building or reusing the AWQ M1 operator for "
-        + (f"{config.BUILD_ARCH.name}={arch}" if arch else "the visible GPUs")
-    )
-    result = build(arch_list=arch, progress=progress)
-    progress(f"extension: {'reused' if result.reused else 'built'} {result.build_key}")
-    return result.build_key
-
-
-def default_stages() -> Stages:
-    return Stages(preflight=run_preflight_stage, prepare_extension=prepare_extension_stage)
+def options_from_desired(
+    desired: DesiredState | None, *, model: Path | None, awq_m1: bool | None, **fields: Any
+) -> tuple[UpOptions, str | None]:
+    model = model or (Path(desired.model) if desired and desired.model else None)
+    if model is None:
+        raise UsageError(
+            "--model is required", hint=f"pass --model PATH or set {config.MODEL.name}"
+        )
+    route_on = awq_m1 if awq_m1 is not None else (desired.awq_m1 if desired else True)
+    # An explicit --awq-m1 brings the plugin back after `rollback --unpatch`.
+    include_plugin = True if awq_m1 else (desired.include_plugin if desired else True)
+    opts = UpOptions(model=model, awq_m1=route_on, include_plugin=include_plugin, **fields)
+    note = None
+    if awq_m1 is None and desired is not None:
+        note = f"route: {'on' if route_on else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
+    return opts, note

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from qpnserve.errors import UsageError
-from qpnserve.launch import (
-    DEFAULT_SERVER_MODULE,
+from qpnserve import config
+from qpnserve.lifecycle.launch import (
     build_argv,
     build_env,
     default_python,
@@ -19,8 +18,8 @@ from qpnserve.launch import (
     replaced_env,
     route_env_record,
 )
-from qpnserve.lifecycle.options import UpOptions
-from qpnserve.procs import start_ticks
+from qpnserve.lifecycle.options import UpOptions, validate
+from qpnserve.lifecycle.procs import start_ticks
 from qpnserve.state import DesiredState, HostKind, RunningState, logs_dir, report_dir
 
 
@@ -81,22 +80,6 @@ def plan_launch(
     )
 
 
-def validate(opts: UpOptions) -> None:
-    if not opts.model.is_dir():
-        raise UsageError(f"--model {opts.model} is not a directory", hint="pass the checkpoint dir")
-    if opts.tp < 1:
-        raise UsageError(f"--tp must be at least 1, got {opts.tp}")
-    if not 1 <= opts.port <= 65535:
-        raise UsageError(f"--port must be 1..65535, got {opts.port}")
-    if opts.timeout_s <= 0:
-        raise UsageError(f"--timeout-s must be positive, got {opts.timeout_s}")
-    if opts.awq_m1 and not opts.include_plugin:
-        raise UsageError(
-            "the route needs qpnserve's plugin: it applies the dispatch and writes the proof",
-            hint="drop --unpatch, or start with --no-awq-m1",
-        )
-
-
 def starting_state(
     pid: int,
     plan: LaunchPlan,
@@ -141,5 +124,7 @@ def desired_from(opts: UpOptions) -> DesiredState:
         host=opts.host,
         port=opts.port,
         extra_args=list(opts.extra_args),
-        server_module=None if opts.server_module == DEFAULT_SERVER_MODULE else opts.server_module,
+        server_module=None
+        if opts.server_module == config.DEFAULT_SERVER_MODULE
+        else opts.server_module,
     )

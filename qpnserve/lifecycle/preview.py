@@ -7,16 +7,43 @@ from dataclasses import dataclass
 
 from qpnserve import config
 from qpnserve.errors import QpnError
-from qpnserve.lifecycle import options
-from qpnserve.lifecycle.options import Progress, Stages, UpOptions, stderr_progress
-from qpnserve.lifecycle.plan import LaunchPlan, plan_launch, validate
-from qpnserve.lifecycle.up import checks_before_start
+from qpnserve.lifecycle import stages as stage_defaults
+from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress
+from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
+from qpnserve.lifecycle.prestart import checks_before_start
+from qpnserve.lifecycle.stages import Stages
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """The plan as `up --dry-run` shows it: what it runs, and what the route means on the
+    installed host (the same wording as `check` and `status`)."""
+
+    plan: LaunchPlan
+    host: str  # "ReVolta 0.1.4 (native)", or "no vllm found"
+    route: str
+    grouped_route: str | None  # a native host's grouped route on the same layers, if any
 
 
 @dataclass(frozen=True)
 class DryRun:
-    plan: LaunchPlan
+    view: PlanView
     error: QpnError | None  # what `up` would stop with before starting; None: it would start
+
+    @property
+    def plan(self) -> LaunchPlan:
+        return self.view.plan
+
+
+def describe_plan(plan: LaunchPlan) -> PlanView:
+    from qpnserve.host_routes import grouped_route_text, route_flag_meaning
+    from qpnserve.preflight.gather import host_facts
+
+    host = host_facts()
+    kind = host.kind if host.found else None
+    route = route_flag_meaning(plan.recorded_env.get(config.ROUTE_FLAG.name), kind)
+    label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
+    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind))
 
 
 def dry_run(
@@ -24,15 +51,14 @@ def dry_run(
 ) -> DryRun:
     """`up`'s checks before the start (not the build), and its plan; starts and records nothing."""
     say = progress or stderr_progress
-    stages = stages or options.default_stages()
-    validate(opts)
+    stages = stages or stage_defaults.default_stages()
+    plan = plan_launch(opts, config.state_dir())
     error = None
     try:
-        checks_before_start(opts, say, stages, dry_run=True)
+        checks_before_start(opts, plan.env, say, stages, dry_run=True)
         say("extension: not built in a dry run (`qpnserve build` builds it)")
     except QpnError as exc:
         error = exc
-    plan = plan_launch(opts, config.state_dir())
     for line in plan.replaced:
         say(line)
-    return DryRun(plan, error)
+    return DryRun(describe_plan(plan), error)

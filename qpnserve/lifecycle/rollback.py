@@ -12,12 +12,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from qpnserve import config
 from qpnserve.errors import UsageError
-from qpnserve.launch import DEFAULT_SERVER_MODULE
 from qpnserve.lifecycle.control import down, restart_command, restart_decision
-from qpnserve.lifecycle.options import Progress, Stages, UpOptions, stderr_progress
+from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress
+from qpnserve.lifecycle.procs import is_alive
+from qpnserve.lifecycle.stages import Stages
 from qpnserve.lifecycle.up import up
-from qpnserve.procs import is_alive
 from qpnserve.state import (
     DesiredState,
     RunningState,
@@ -123,7 +124,7 @@ def rollback(
         timeout_s=up_timeout_s,
         stop_timeout_s=stop_timeout_s,
         extra_args=list(after.extra_args),
-        server_module=after.server_module or DEFAULT_SERVER_MODULE,
+        server_module=after.server_module or config.DEFAULT_SERVER_MODULE,
     )
     result.restarted = up(opts, say, stages)
     result.restart_needed = False
@@ -148,7 +149,7 @@ def _desired_from_running(running: RunningState | None) -> DesiredState:
         port=running.port,
         extra_args=list(running.extra_args),
         server_module=None
-        if running.server_module == DEFAULT_SERVER_MODULE
+        if running.server_module == config.DEFAULT_SERVER_MODULE
         else running.server_module,
     )
 

@@ -12,45 +12,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from qpnserve import config
-from qpnserve.errors import ConflictError, PreflightError, ServerError
-from qpnserve.launch import port_holder, port_in_use, start_server
-from qpnserve.lifecycle import options
-from qpnserve.lifecycle.options import (
-    HostSummary,
-    Progress,
-    Stages,
-    UpOptions,
-    stderr_progress,
-)
-from qpnserve.lifecycle.plan import (
-    LaunchPlan,
-    desired_from,
-    plan_launch,
-    starting_state,
-    validate,
-)
-from qpnserve.procs import (
-    descendants,
-    gpu_compute_processes,
-    group_members,
-    is_alive,
-    log_tail,
-    stop_group,
-)
-from qpnserve.readiness import wait_ready
-from qpnserve.route_check import expected_moe_layers, route_problems, summarize
-from qpnserve.route_report import read_refusals, read_reports
+from qpnserve.errors import ServerError
+from qpnserve.lifecycle import stages as stage_defaults
+from qpnserve.lifecycle.launch import start_server
+from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress
+from qpnserve.lifecycle.plan import LaunchPlan, desired_from, plan_launch, starting_state
+from qpnserve.lifecycle.prestart import check_conflicts, checks_before_start
+from qpnserve.lifecycle.procs import descendants, group_members, log_tail, stop_group
+from qpnserve.lifecycle.readiness import wait_ready
+from qpnserve.lifecycle.route_check import expected_moe_layers, route_problems, summarize
+from qpnserve.lifecycle.stages import Stages
+from qpnserve.route_report import clear_reports, read_refusals, read_reports
 from qpnserve.state import (
     RunningState,
     clear_running,
-    ensure_state_dir,
     locked,
     read_running,
     write_desired,
     write_running,
 )
 
-__all__ = ["LaunchPlan", "check_conflicts", "checks_before_start", "plan_launch", "up"]
+__all__ = ["LaunchPlan", "plan_launch", "up"]
 
 
 def up(
@@ -62,18 +44,17 @@ def up(
     on its own, KeyboardInterrupt (after stopping the group) on Ctrl-C or SIGTERM.
     """
     say = progress or stderr_progress
-    stages = stages or options.default_stages()  # looked up per call: tests replace it
-    root, host = checks_before_start(opts, say, stages)
+    stages = stages or stage_defaults.default_stages()  # looked up per call: tests replace it
+    plan = plan_launch(opts, config.state_dir())
+    root, host = checks_before_start(opts, plan.env, say, stages)
     build_key = (
         stages.prepare_extension(host, say) if opts.awq_m1 and host.kind == "patched" else None
     )
-    plan = plan_launch(opts, root)
     for line in plan.replaced:
         say(line)
     with locked(root):
         check_conflicts(root, opts, say)
-        for stale in plan.report_dir.glob("route-r*.json"):
-            stale.unlink()  # a report (or refusal) of an earlier server never speaks for this one
+        clear_reports(plan.report_dir)
         write_desired(root, desired_from(opts))
         popen = start_server(plan.argv, plan.env, plan.cwd, plan.log_path)
         try:
@@ -98,69 +79,6 @@ def up(
     except BaseException:
         _stop_after_failure(popen, running, root, opts, say)
         raise
-
-
-def checks_before_start(
-    opts: UpOptions, say: Progress, stages: Stages, dry_run: bool = False
-) -> tuple[Path, HostSummary]:
-    validate(opts)
-    root = ensure_state_dir()
-    with locked(root):
-        check_conflicts(root, opts, say, dry_run)  # fail fast, before the slow stages
-    _warn_busy_gpus(say)
-    host = stages.preflight(opts, say)
-    if opts.awq_m1 and host.kind not in ("native", "patched"):
-        raise PreflightError(
-            f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",
-            hint="run `qpnserve check --awq-m1` for details",
-        )
-    return root, host
-
-
-def _warn_busy_gpus(say: Progress) -> None:
-    busy = gpu_compute_processes()
-    if not busy:
-        return
-    held = ", ".join(
-        f"GPU {p.gpu_index} pid {p.pid}"
-        + (f" ({p.used_mib} MiB)" if p.used_mib is not None else "")
-        for p in busy
-    )
-    say(
-        f"warning: the GPUs already hold compute processes: {held}; workers orphaned by an "
-        "earlier server keep their memory until killed, and the new server may run out of it"
-    )
-
-
-def check_conflicts(root: Path, opts: UpOptions, say: Progress, dry_run: bool = False) -> None:
-    """A recorded server that lives, or anything on the port, is reported, never clobbered.
-    The record of a server that is gone is cleared (a dry run only says it would be)."""
-    running = read_running(root)
-    if running is not None:
-        leader_alive = is_alive(running.pid, running.proc_start_ticks)
-        reused = not leader_alive and is_alive(running.pid, None)  # the pid names another process
-        members = [] if reused else group_members(running.pgid)
-        if leader_alive or members:
-            what = "" if leader_alive else f" (leader gone, pids {members} of its group remain)"
-            raise ConflictError(
-                f"a server started by qpnserve is already running: pid {running.pid}, since "
-                f"{running.started_at:%Y-%m-%d %H:%M:%S} UTC, route "
-                f"{'on' if running.route_flag == '1' else 'off'}, {running.base_url}{what}",
-                hint="`qpnserve status` shows it, `qpnserve down` stops it, "
-                "`qpnserve rollback --restart` restarts it without the route",
-            )
-        if dry_run:
-            say(f"up would clear the record of a server that is gone (pid {running.pid})")
-        else:
-            say(f"clearing the record of a server that is gone (pid {running.pid})")
-            clear_running(root, running.pid)
-    if port_in_use(opts.host, opts.port):
-        holder = port_holder(opts.port)
-        raise ConflictError(
-            f"port {opts.port} on {opts.host} is already in use"
-            + (f" by {holder}" if holder else ""),
-            hint="stop what listens there, or pass another --port",
-        )
 
 
 def _await_ready(

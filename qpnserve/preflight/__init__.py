@@ -7,6 +7,7 @@ when it cannot run at all (a bad group name, an unreadable $QPNSERVE_FACTS_FILE)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from qpnserve import geometry
@@ -45,12 +46,15 @@ def run_preflight(
     groups: set[str] | None = None,
     awq_m1: bool = True,
     facts_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> PreflightReport:
     """Probe (or load $QPNSERVE_FACTS_FILE / ``facts_file``) and check.
 
     ``groups`` defaults to all three; ``report.ok`` is True when no check of those groups
     FAILed. ``awq_m1=False`` turns the route-only requirements (a route-capable host, no
     host variable that disables the path, the route's checkpoint contract) into warnings.
+    ``environ`` is the environment the environment checks judge (default: this process's);
+    `up` passes the server's.
     """
     chosen: set[str] = set(ALL_GROUPS) if groups is None else set(groups)
     unknown = sorted(chosen - set(ALL_GROUPS))
@@ -58,7 +62,7 @@ def run_preflight(
         raise UsageError(f"unknown check group(s): {', '.join(unknown)}")
     if tp < 1:
         raise UsageError(f"--tp must be >= 1, got {tp}")
-    facts = gather_facts(model, chosen, facts_file=facts_file)
+    facts = gather_facts(model, chosen, facts_file=facts_file, environ=environ)
     results = machine_checks(facts, chosen, tp, awq_m1)
     if "checkpoint" in chosen:
         results += checkpoint_checks(facts.checkpoint, tp, awq_m1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -56,9 +57,12 @@ def gather_facts(
     model: Path | None,
     groups: set[str],
     facts_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Facts:
     """Probe what ``groups`` need, once. With ``facts_file`` (default: $QPNSERVE_FACTS_FILE)
-    the machine facts come from that file; the checkpoint is always probed from ``model``."""
+    the machine facts come from that file; the checkpoint is always probed from ``model``.
+    ``environ``: the environment to judge (default: this process's)."""
+    env = None if environ is None else dict(environ)
     if facts_file is None and os.environ.get(FACTS_FILE.name):
         facts_file = Path(os.environ[FACTS_FILE.name])
     if facts_file is not None:
@@ -69,7 +73,7 @@ def gather_facts(
         if "toolchain" not in groups:
             facts.torch = facts.nvcc = facts.host = facts.env = None
         elif facts.env is None:
-            facts.env = probes.probe_env()
+            facts.env = probes.probe_env(env)
         facts.checkpoint = None
     else:
         facts = Facts(hostname=platform.node())
@@ -79,7 +83,7 @@ def gather_facts(
             facts.torch = probes.probe_torch()
             facts.nvcc = probes.probe_nvcc()
             facts.host = probes.probe_host()
-            facts.env = probes.probe_env()
+            facts.env = probes.probe_env(env)
     if "checkpoint" in groups and model is not None:
         facts.checkpoint = probe_checkpoint(model)
     return facts

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from qpnserve.config import PLUGIN_NAME
-from qpnserve.procs import descendants, group_members
+from qpnserve.lifecycle.procs import descendants, group_members
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FACTS_V100 = REPO_ROOT / "tests" / "data" / "facts_v100_ok.json"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qpnserve.procs import all_stats
+from qpnserve.lifecycle.procs import all_stats
 from tests.e2e.conftest import (
     FACTS_V100,
     REPO_ROOT,

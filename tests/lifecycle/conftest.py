@@ -18,8 +18,8 @@ from typer.testing import CliRunner, Result
 from qpnserve import config
 from qpnserve.cli import app
 from qpnserve.fixtures.checkpoint import write_checkpoint
-from qpnserve.lifecycle import options
-from qpnserve.procs import read_stat
+from qpnserve.lifecycle import stages
+from qpnserve.lifecycle.procs import read_stat
 from tests.lifecycle.stages import test_stages
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: Path) -> It
         monkeypatch.delenv(name, raising=False)
     for name in (config.TP.name, config.BUILD_DIR.name, *FAKE_HOST_VARS):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(options, "default_stages", test_stages)
+    monkeypatch.setattr(stages, "default_stages", test_stages)
     yield Env(state=state, port=port, model=checkpoint)
     leftovers = server_processes(state / "run")
     for pgid in set(leftovers.values()):

@@ -8,8 +8,9 @@ can mistake it for a real build.
 
 from __future__ import annotations
 
-from qpnserve.lifecycle import options
-from qpnserve.lifecycle.options import HostSummary, Progress, Stages, run_preflight_stage
+from qpnserve.lifecycle import stages
+from qpnserve.lifecycle.options import Progress
+from qpnserve.lifecycle.stages import HostSummary, Stages, run_preflight_stage
 
 TEST_BUILD_KEY = "test-no-build"
 
@@ -27,4 +28,4 @@ test_stages.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
 def install() -> None:
-    options.default_stages = test_stages  # type: ignore[assignment]
+    stages.default_stages = test_stages  # type: ignore[assignment]

@@ -9,7 +9,7 @@ import pytest
 from qpnserve import config
 from qpnserve.errors import BuildError
 from qpnserve.kernels import build, toolchain
-from qpnserve.lifecycle.options import HostSummary, prepare_extension_stage
+from qpnserve.lifecycle.stages import HostSummary, prepare_extension_stage
 
 
 def test_up_build_stage_honours_qpnserve_build_arch(monkeypatch: pytest.MonkeyPatch) -> None:

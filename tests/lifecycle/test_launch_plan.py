@@ -8,7 +8,7 @@ import pytest
 
 from qpnserve import config
 from qpnserve.errors import UsageError
-from qpnserve.launch import build_argv, build_env, option_key, plugin_allow_list
+from qpnserve.lifecycle.launch import build_argv, build_env, option_key, plugin_allow_list
 
 OURS = config.PLUGIN_NAME
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qpnserve import lifecycle
-from qpnserve.procs import group_members
+from qpnserve.lifecycle.procs import group_members
 from tests.lifecycle.conftest import Env
 from tests.lifecycle.stages import test_stages
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from qpnserve.errors import ServerError
-from qpnserve.readiness import wait_ready
+from qpnserve.lifecycle.readiness import wait_ready
 
 MODEL = "m"
 

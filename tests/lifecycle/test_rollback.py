@@ -7,7 +7,7 @@ import json
 import pytest
 
 from qpnserve import config
-from qpnserve.procs import group_members
+from qpnserve.lifecycle.procs import group_members
 from tests.lifecycle.conftest import Env, cli, environ_of
 
 

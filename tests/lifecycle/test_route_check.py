@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from qpnserve.lifecycle import restart_command, restart_decision
-from qpnserve.route_check import expected_moe_layers, route_problems, summarize
+from qpnserve.lifecycle.route_check import expected_moe_layers, route_problems, summarize
 from qpnserve.route_report import LayerDecision, RouteReport
 from qpnserve.state import DesiredState, RunningState
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from qpnserve.procs import group_members
+from qpnserve.lifecycle.procs import group_members
 from tests.lifecycle.conftest import REPO_ROOT, Env, cli, server_processes
 
 WAIT_S = 20.0

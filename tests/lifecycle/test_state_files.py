@@ -78,7 +78,7 @@ def test_a_reused_pid_is_never_taken_for_the_server(env: Env) -> None:
     status says the server is gone, down signals nothing, up clears the record."""
     import json
 
-    from qpnserve.procs import is_alive, start_ticks
+    from qpnserve.lifecycle.procs import is_alive, start_ticks
     from qpnserve.state import RunningState, write_running
 
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)

@@ -15,7 +15,7 @@ import pytest
 
 from qpnserve import config
 from qpnserve.fixtures.checkpoint import write_checkpoint
-from qpnserve.procs import group_members
+from qpnserve.lifecycle.procs import group_members
 from tests.lifecycle.conftest import NUM_LAYERS, Env, cli, environ_of, server_processes
 from tests.lifecycle.stages import TEST_BUILD_KEY
 

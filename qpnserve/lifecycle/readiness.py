@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qpnserve.errors import ServerError
-from qpnserve.procs import log_tail
+from qpnserve.lifecycle.procs import log_tail
 
 if TYPE_CHECKING:
     import httpx

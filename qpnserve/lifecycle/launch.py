@@ -19,8 +19,6 @@ from qpnserve import config
 from qpnserve.errors import ServerError, UsageError
 from qpnserve.host_routes import GROUPED_ROUTE_NAMES
 
-DEFAULT_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-
 
 @dataclass(frozen=True)
 class ServerDefault:

@@ -1,0 +1,83 @@
+"""`up`'s checks before anything starts, shared with `up --dry-run`: the options, the state
+directory, a recorded server or anything else on the port, GPUs already in use, and the
+preflight (which judges the environment the server will get)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from qpnserve.errors import ConflictError, PreflightError
+from qpnserve.lifecycle.launch import port_holder, port_in_use
+from qpnserve.lifecycle.options import Progress, UpOptions, validate
+from qpnserve.lifecycle.procs import gpu_compute_processes, group_members, is_alive
+from qpnserve.lifecycle.stages import HostSummary, Stages
+from qpnserve.state import clear_running, ensure_state_dir, locked, read_running
+
+
+def checks_before_start(
+    opts: UpOptions,
+    server_env: Mapping[str, str],
+    say: Progress,
+    stages: Stages,
+    dry_run: bool = False,
+) -> tuple[Path, HostSummary]:
+    """`up`'s checks before anything starts; the preflight judges ``server_env``."""
+    validate(opts)
+    root = ensure_state_dir()
+    with locked(root):
+        check_conflicts(root, opts, say, dry_run)  # fail fast, before the slow stages
+    _warn_busy_gpus(say)
+    host = stages.preflight(opts, server_env, say)
+    if opts.awq_m1 and host.kind not in ("native", "patched"):
+        raise PreflightError(
+            f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",
+            hint="run `qpnserve check --awq-m1` for details",
+        )
+    return root, host
+
+
+def _warn_busy_gpus(say: Progress) -> None:
+    busy = gpu_compute_processes()
+    if not busy:
+        return
+    held = ", ".join(
+        f"GPU {p.gpu_index} pid {p.pid}"
+        + (f" ({p.used_mib} MiB)" if p.used_mib is not None else "")
+        for p in busy
+    )
+    say(
+        f"warning: the GPUs already hold compute processes: {held}; workers orphaned by an "
+        "earlier server keep their memory until killed, and the new server may run out of it"
+    )
+
+
+def check_conflicts(root: Path, opts: UpOptions, say: Progress, dry_run: bool = False) -> None:
+    """A recorded server that lives, or anything on the port, is reported, never clobbered.
+    The record of a server that is gone is cleared (a dry run only says it would be)."""
+    running = read_running(root)
+    if running is not None:
+        leader_alive = is_alive(running.pid, running.proc_start_ticks)
+        reused = not leader_alive and is_alive(running.pid, None)  # the pid names another process
+        members = [] if reused else group_members(running.pgid)
+        if leader_alive or members:
+            what = "" if leader_alive else f" (leader gone, pids {members} of its group remain)"
+            raise ConflictError(
+                f"a server started by qpnserve is already running: pid {running.pid}, since "
+                f"{running.started_at:%Y-%m-%d %H:%M:%S} UTC, route "
+                f"{'on' if running.route_flag == '1' else 'off'}, {running.base_url}{what}",
+                hint="`qpnserve status` shows it, `qpnserve down` stops it, "
+                "`qpnserve rollback --restart` restarts it without the route",
+            )
+        if dry_run:
+            say(f"up would clear the record of a server that is gone (pid {running.pid})")
+        else:
+            say(f"clearing the record of a server that is gone (pid {running.pid})")
+            clear_running(root, running.pid)
+    if port_in_use(opts.host, opts.port):
+        holder = port_holder(opts.port)
+        raise ConflictError(
+            f"port {opts.port} on {opts.host} is already in use"
+            + (f" by {holder}" if holder else ""),
+            hint="stop what listens there, or pass another --port",
+        )
