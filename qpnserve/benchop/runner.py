@@ -41,7 +41,7 @@ from qpnserve.benchop.route_bytes import (
     route_bytes,
 )
 from qpnserve.errors import BenchError, CanaryError
-from qpnserve.geometry import HIDDEN, INTERMEDIATE, NUM_EXPERTS, TOP_K
+from qpnserve.geometry import HIDDEN, INTERMEDIATE, NUM_EXPERTS, NUM_MOE_LAYERS, TOP_K
 
 # Replays a recorded sequence of launches: record() -> per-replay times in milliseconds.
 Timer = Callable[[Callable[[], None], int, int], list[float]]
@@ -50,7 +50,7 @@ Timer = Callable[[Callable[[], None], int, int], list[float]]
 @dataclass(frozen=True)
 class BenchConfig:
     fmt: MetaFormat = "4byte"
-    layers: int = 48
+    layers: int = NUM_MOE_LAYERS
     iters: int = 50
     rounds: int = 3
     warmup: int = 5

@@ -12,6 +12,7 @@ import typer
 
 from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
 from qpnserve.config import BENCH_OP_FORMAT, BENCH_OP_ITERS, BENCH_OP_LAYERS
+from qpnserve.geometry import NUM_MOE_LAYERS
 
 if TYPE_CHECKING:
     from qpnserve.benchop.route_bytes import MetaFormat
@@ -27,7 +28,7 @@ def bench_op(
         "4byte", "--format", envvar=BENCH_OP_FORMAT.name, help="Metadata format: 4byte or 3byte."
     ),
     layers: int = typer.Option(
-        48,
+        NUM_MOE_LAYERS,
         "--layers",
         envvar=BENCH_OP_LAYERS.name,
         help=(

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from qpnserve.cli.app import app, emit_json, handles_errors, message
+from qpnserve.geometry import NUM_MOE_LAYERS
 
 fixture_app = typer.Typer(
     help="Synthetic inputs for demos and tests (no real weights).", no_args_is_help=True
@@ -30,12 +31,14 @@ def _disk_bytes(path: Path) -> tuple[int, int]:
 def checkpoint(
     out: Path | None = typer.Argument(None, help="Directory to create (must be new or empty)."),
     variant: str = typer.Option("ok", "--variant", help="Which property to break; see --list."),
-    layers: int = typer.Option(48, "--layers", help="Number of MoE layers (48 = full size)."),
+    layers: int = typer.Option(
+        NUM_MOE_LAYERS, "--layers", help=f"Number of MoE layers ({NUM_MOE_LAYERS} = full size)."
+    ),
     list_variants: bool = typer.Option(False, "--list", help="List the variants and exit."),
     as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
 ) -> None:
     """Write a checkpoint whose safetensors headers are real and whose data is a hole: the full
-    48-layer x 512-expert layout (~67 GB apparent) takes a few tens of MB on disk."""
+    48-layer x 512-expert layout (71.6 GB apparent, as it prints) takes a few tens of MB on disk."""
     from qpnserve.errors import UsageError
     from qpnserve.fixtures.checkpoint import VARIANTS, write_checkpoint
 
