@@ -56,10 +56,13 @@ def report_path(report_dir: Path, tp_rank: int) -> Path:
     return report_dir / f"route-rank{tp_rank}.json"
 
 
-def write_report(report_dir: Path, report: RouteReport) -> Path:
-    path = report_path(report_dir, report.tp_rank)
-    atomic_write_text(path, report.model_dump_json(indent=2) + "\n")
+def _write(path: Path, record: BaseModel) -> Path:
+    atomic_write_text(path, record.model_dump_json(indent=2) + "\n")
     return path
+
+
+def write_report(report_dir: Path, report: RouteReport) -> Path:
+    return _write(report_path(report_dir, report.tp_rank), report)
 
 
 def read_reports(report_dir: Path) -> list[RouteReport]:
@@ -99,9 +102,7 @@ def refusal_path(report_dir: Path, pid: int) -> Path:
 
 
 def write_refusal(report_dir: Path, refusal: RouteRefusal) -> Path:
-    path = refusal_path(report_dir, refusal.pid)
-    atomic_write_text(path, refusal.model_dump_json(indent=2) + "\n")
-    return path
+    return _write(refusal_path(report_dir, refusal.pid), refusal)
 
 
 def read_refusals(report_dir: Path) -> list[RouteRefusal]:
