@@ -43,6 +43,9 @@ ENV PATH=/opt/venv/bin:$PATH
 # The host first, with the torch, torchaudio and torchvision that revolta 0.1.4 pins exactly.
 # The Dockerfile is copied along only so that the wildcard matches when no wheel is given.
 COPY Dockerfile *.whl /tmp/host/
+# DL3013 cannot see through the build arguments: HOST defaults to the exact pin revolta==0.1.4,
+# and HOST_WHEEL is a file.
+# hadolint ignore=DL3013
 RUN pip install torch==2.10.0 torchaudio==2.10.0 torchvision==0.25.0 \
       --index-url https://download.pytorch.org/whl/cu128 \
  && if [ -n "${HOST_WHEEL}" ]; then pip install "/tmp/host/${HOST_WHEEL}"; \
