@@ -92,7 +92,7 @@ def require_torch() -> ModuleType:
     except ImportError:
         raise BuildError(
             "torch is not installed in this Python, so the operator cannot be built",
-            hint="run qpnserve with the host's Python (1Cat-vLLM brings torch 2.10.0+cu128)",
+            hint="run qpnserve with the host's Python (ReVolta and 1Cat-vLLM bring torch 2.10.0)",
         ) from None
     return torch
 
