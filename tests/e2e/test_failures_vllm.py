@@ -26,14 +26,9 @@ from tests.e2e.conftest import (
     server_pids,
     wait_until_gone,
 )
+from tests.support.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
-
-
-def _default_sigint() -> None:
-    # A pytest run as a script's background job inherits SIGINT ignored; Python started so
-    # would never turn SIGINT into KeyboardInterrupt.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_record_phase(server: Server, phase: str, timeout_s: float) -> dict[str, object]:
@@ -56,7 +51,7 @@ def test_ctrl_c_of_a_foreground_up_stops_every_vllm_process(make_server: MakeSer
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     )
     try:
         record = _wait_for_record_phase(server, "ready", timeout_s=600)

@@ -17,6 +17,7 @@ import pytest
 
 from qpnserve.lifecycle.procs import group_members
 from tests.lifecycle.conftest import REPO_ROOT, Env, cli, server_processes
+from tests.support.signals import default_sigint
 
 WAIT_S = 20.0
 
@@ -34,12 +35,8 @@ def start_cli(*args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     )
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture
