@@ -1,6 +1,6 @@
 // The operator's geometry: one TP4 rank of Qwen3.8 (contract section 2), the one definition that
-// the kernels, the argument checks, the CPU implementation, the read floor (bench_floor.cu) and
-// the microbenchmarks (scripts/microbench/) share. qpnserve/geometry.py states the same numbers
+// the kernels, the argument checks, the CPU implementation and the read floor (bench_floor.cu)
+// share. qpnserve/geometry.py states the same numbers
 // for Python. No includes: NVRTC (the sm_70 gate), nvcc and the host compiler all read it.
 
 #pragma once

@@ -2,7 +2,7 @@
 
 Every option that users set in scripts also reads a ``QPNSERVE_*`` variable; those are listed
 here so the README table and the code cannot drift: tests/preflight/test_readme_env.py checks
-the README, and ``python scripts/env_table.py --write`` regenerates its table.
+the README, and ``python tools/env_table.py --write`` regenerates its table.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The one Python statement of these numbers, used by the FP64 reference and the ba
 (qpnserve.kernels.reference), the read floor's byte counts and ``bench op``
 (qpnserve.benchop), the runtime contract (qpnserve.dispatch.contract) and the checkpoint
 checks (qpnserve.preflight.layout). csrc/awq_moe_m1_geometry.h states the same for C++ (the
-kernels, the CPU implementation, the floor kernel and the microbenchmarks).
+kernels, the CPU implementation and the floor kernel).
 """
 
 from __future__ import annotations

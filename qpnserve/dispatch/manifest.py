@@ -90,7 +90,7 @@ def load_manifest(path: Path | None = None) -> PatchManifest:
             raise DispatchError(
                 f"the patch manifest {path.name} lists {build.distribution} {build.version} "
                 f"without fingerprints for {', '.join(missing)}",
-                hint="regenerate them with scripts/fingerprint_host.py",
+                hint="regenerate them with tools/fingerprint_host.py",
             )
     return manifest
 

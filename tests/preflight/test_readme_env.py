@@ -19,6 +19,6 @@ def env_section() -> str:
 def test_readme_env_table_lists_every_config_variable() -> None:
     rows = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", env_section(), flags=re.M))
     names = {v.name for v in ALL_VARS}
-    hint = "run: python scripts/env_table.py --write"
+    hint = "run: python tools/env_table.py --write"
     assert names - rows == set(), f"missing from README's env table ({hint})"
     assert rows - names == set(), f"in README's env table but not in ALL_VARS ({hint})"

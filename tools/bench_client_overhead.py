@@ -6,7 +6,7 @@ tokens per second the client recorded, per concurrency, with the machine it ran 
 server share this machine's CPU, so the figure is a lower bound on the client's capacity.
 
 Run from a source checkout, in the dev venv:
-    python scripts/bench_client_overhead.py [--output-tokens 20000] [--concurrency 1,8]
+    python tools/bench_client_overhead.py [--output-tokens 20000] [--concurrency 1,8]
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def main() -> None:
     print(f"machine: {cpu_model()}, {os.cpu_count()} logical CPUs, {platform.platform()}")
     print(f"python {platform.python_version()}; client and stand-in server share the machine")
     print(
-        f"command: python scripts/bench_client_overhead.py --output-tokens "
+        f"command: python tools/bench_client_overhead.py --output-tokens "
         f"{args.output_tokens} --concurrency {args.concurrency}"
     )
     for cell in outcome.report.cells:

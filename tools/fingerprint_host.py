@@ -1,9 +1,9 @@
 """Print the manifest's fingerprints and signatures for a host source, as TOML to paste.
 
 Usage (either an installed host, or one source file, e.g. taken from a git tag):
-    python scripts/fingerprint_host.py --package-dir /path/to/site-packages/vllm
+    python tools/fingerprint_host.py --package-dir /path/to/site-packages/vllm
     git -C <1Cat-vLLM clone> show v1.3.0:vllm/model_executor/layers/quantization/awq_sm70_moe.py \
-        > /tmp/awq_sm70_moe.py && python scripts/fingerprint_host.py --source /tmp/awq_sm70_moe.py
+        > /tmp/awq_sm70_moe.py && python tools/fingerprint_host.py --source /tmp/awq_sm70_moe.py
 
 Fingerprints come from qpnserve.host (method_source + fingerprint), the very functions the plugin
 uses on the installed files at startup, so what this prints is what the plugin will compare.

@@ -1,6 +1,6 @@
 """Time `qpnserve check --model <full-size sparse checkpoint>` and `qpnserve --help`.
 
-Run:  python scripts/bench_check.py [--runs 7] [--layers 48] [--keep DIR]
+Run:  python tools/bench_check.py [--runs 7] [--layers 48] [--keep DIR]
 
 Each command runs in a fresh subprocess (what a user pays: interpreter start, imports, probes,
 header scan of 49 shards / 221,184 expert tensors). Prints min and median wall time per command

@@ -1,7 +1,7 @@
 """Render README's environment-variable table from qpnserve.config.ALL_VARS.
 
-Run:  python scripts/env_table.py            # print the table
-      python scripts/env_table.py --write    # replace README's env section with it
+Run:  python tools/env_table.py            # print the table
+      python tools/env_table.py --write    # replace README's env section with it
 
 tests/preflight/test_readme_env.py fails when README's table and ALL_VARS disagree.
 """
@@ -23,7 +23,7 @@ def render() -> str:
     rows += [f"| `{v.name}` | {v.meaning.replace('|', chr(92) + '|')} |" for v in ALL_VARS]
     intro = (
         "Every variable qpnserve reads or sets (`qpnserve/config.py` is the one table; this one\n"
-        "is generated from it by `python scripts/env_table.py --write`). Options users script\n"
+        "is generated from it by `python tools/env_table.py --write`). Options users script\n"
         "read a `QPNSERVE_*` variable; a value on the command line wins.\n"
     )
     return intro + "\n" + "\n".join(rows) + "\n"
