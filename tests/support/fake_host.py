@@ -13,7 +13,9 @@ rank into its own process group (as vLLM's workers are), and serves the bench he
 OpenAI app (tests/support/fake_server.py) with uvicorn: /health answers 503 while "loading",
 200 once loaded. When the route flag is "1" and VLLM_PLUGINS allows qpnserve's plugin (unset
 allows every plugin, as in vLLM), each worker writes its rank's route report into
-$QPNSERVE_REPORT_DIR with qpnserve.route_report, as the plugin does.
+$QPNSERVE_REPORT_DIR through the plugin's own RouteRecorder (qpnserve.dispatch.recorder), so what
+`up` and `status` read is what the plugin writes; only the layers are stand-ins (a name and the
+MoE layer's parallel config, the two things the recorder reads from a layer).
 
 Behaviour is set through the environment (all optional):
     FAKE_HOST_LOAD_S=2.0         seconds of "loading" before /health turns 200 (default 0.2)
@@ -39,9 +41,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from qpnserve.config import PLUGIN_NAME, REPORT_DIR, ROUTE_FLAG, VLLM_PLUGINS
-from qpnserve.route_report import LayerDecision, RouteReport, write_report
+from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS
+from qpnserve.dispatch.recorder import RouteRecorder, report_dir_from_env
 from tests.support.fake_server import FakeServerConfig, bind_socket, make_app
 
 NAME = "fake host (test stand-in, not vLLM)"
@@ -72,31 +75,29 @@ def plugin_allowed() -> bool:
     return allow is None or PLUGIN_NAME in allow.split(",")
 
 
+def stand_in_layer(rank: int, tp: int, index: int) -> SimpleNamespace:
+    """What the recorder reads from a vLLM FusedMoE layer: its prefix and its parallel config."""
+    return SimpleNamespace(
+        layer_name=f"model.language_model.layers.{index}.mlp.experts",
+        moe_config=SimpleNamespace(tp_rank=rank, tp_size=tp),
+    )
+
+
 def write_rank_report(rank: int, tp: int, layers: int) -> None:
     reject = os.environ.get("FAKE_HOST_REJECT", "")
     bad_rank, _, bad_layer = reject.partition(":")
-    decisions = []
-    for index in range(layers):
-        refused = reject and int(bad_rank) == rank and int(bad_layer) == index
-        decisions.append(
-            LayerDecision(
-                layer=f"model.language_model.layers.{index}.mlp.experts",
-                admitted=not refused,
-                reason="sm70_w2_k_dim is 320, expected 160 (stand-in refusal)" if refused else "",
-            )
-        )
-    report = RouteReport(
+    recorder = RouteRecorder(
         route_flag="1",
         host_kind="patched",
         host_version="fake-host",
         patch_id="fake-patch",
         build_key=os.environ.get("FAKE_HOST_BUILD_KEY") or None,
-        tp_rank=rank,
-        tp_size=tp,
-        pid=os.getpid(),
-        layers=decisions,
+        report_dir=report_dir_from_env(),
     )
-    write_report(Path(os.environ[REPORT_DIR.name]), report)
+    for index in range(layers):
+        refused = bool(reject) and int(bad_rank) == rank and int(bad_layer) == index
+        reason = "sm70_w2_k_dim is 320, expected 160 (stand-in refusal)" if refused else ""
+        recorder.record(stand_in_layer(rank, tp, index), admitted=not refused, reason=reason)
 
 
 def fork_worker(rank: int, tp: int, layers: int, ignore_sigterm: bool) -> int:
