@@ -68,7 +68,8 @@ def summarize(reports: list[RouteReport], tp: int, expected_layers: int | None) 
 def route_problems(
     reports: list[RouteReport], *, tp: int, expected_layers: int | None, server_pids: set[int]
 ) -> list[str]:
-    """Why the route is not proven on, one line each; empty when every rank admits every layer.
+    """Why the route is not proven on, one line each; empty when every rank admits every layer,
+    reports at least ``expected_layers`` of them (when known) and all ranks report as many.
 
     ``server_pids``: pids of the server's process group, to refuse a report some other
     process wrote (the report dir is cleared before each start, this is belt and braces).
@@ -105,6 +106,12 @@ def route_problems(
             )
     for rank in sorted(set(by_rank) - set(range(tp))):
         problems.append(f"a report names rank {rank}, outside TP size {tp}")
+    # Every rank loads the same model, so each sees the same MoE layers. Checked apart from the
+    # checkpoint's count, which is None when config.json does not tell (and allows extra layers).
+    counts = {rank: len(by_rank[rank].layers) for rank in sorted(by_rank) if rank in range(tp)}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"rank {rank}: {n}" for rank, n in counts.items())
+        problems.append(f"the ranks disagree on the MoE layer count: {listed}")
     return problems
 
 
