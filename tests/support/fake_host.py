@@ -23,6 +23,8 @@ Behaviour is set through the environment (all optional):
     FAKE_HOST_CRASH_AFTER_S=0.5  crash while loading: print a traceback-like tail, exit
                                  FAKE_HOST_CRASH_CODE (default 1); the workers stay orphaned
     FAKE_HOST_REJECT=2:7         rank 2 reports MoE layer 7 as not admitted
+    FAKE_HOST_CAPTURE=2,4        CUDA-graph sizes each worker "captures" (default 1,2,4,8; empty:
+                                 eager, no graphs); the route goes into the 1-row graph only
     FAKE_HOST_IGNORE_SIGTERM=1   leader and workers ignore SIGTERM (only SIGKILL stops them)
     FAKE_HOST_STRAY=1            worker rank 0 leaves the process group (setsid)
     FAKE_HOST_LAYERS=48          MoE layers per rank (default: from the model's config.json)
@@ -94,10 +96,22 @@ def write_rank_report(rank: int, tp: int, layers: int) -> None:
         build_key=os.environ.get("FAKE_HOST_BUILD_KEY") or None,
         report_dir=report_dir_from_env(),
     )
+    raw_sizes = os.environ.get("FAKE_HOST_CAPTURE", "1,2,4,8")
+    sizes = sorted(int(n) for n in raw_sizes.split(",") if n.strip())
+    recorder.watch_graphs(sizes)  # as the plugin does with vLLM's own capture sizes
+    recorder.capture_flush_s = 3600.0  # one write at the end (flush), not a timer
+    admitted = {}
     for index in range(layers):
         refused = bool(reject) and int(bad_rank) == rank and int(bad_layer) == index
         reason = "sm70_w2_k_dim is 320, expected 160 (stand-in refusal)" if refused else ""
         recorder.record(stand_in_layer(rank, tp, index), admitted=not refused, reason=reason)
+        admitted[index] = not refused
+    for rows in reversed(sizes):  # vLLM captures the largest size first
+        for index in range(layers):
+            # What the wrapped hook decides: only a one-row call of an admitted layer.
+            route = admitted[index] and rows == 1
+            recorder.record_capture(stand_in_layer(rank, tp, index), rows, route)
+    recorder.flush()
 
 
 def fork_worker(rank: int, tp: int, layers: int, ignore_sigterm: bool) -> int:
