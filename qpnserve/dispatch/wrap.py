@@ -239,7 +239,10 @@ def install_observer(cls: type, *, recorder: RouteRecorder) -> bool:
                 rows = None
             result = original_apply(self, *args, **kwargs)
             if rows is not None:
-                recorder.record_capture(layer, rows, None)  # the host's route: not observable
+                try:
+                    recorder.record_capture(layer, rows, None)  # the host's route: unobservable
+                except Exception as exc:
+                    logger.warning("qpnserve AWQ M1: cannot record a graph capture: %s", exc)
             return result
 
         setattr(cls, APPLY, apply)

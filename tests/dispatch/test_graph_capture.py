@@ -208,3 +208,43 @@ def test_planned_sizes_follow_vllms_own_graph_decision() -> None:
     assert graphs.capture_sizes_of(config) == []
     assert graphs.capture_sizes_of(None) is None
     assert graphs.planned_capture_sizes() in (None, [])  # no vLLM config is current here
+
+
+def test_the_flush_timer_writes_the_gathered_records(tmp_path: Path) -> None:
+    rec = _recorder(tmp_path)
+    rec.capture_flush_s = 3600.0  # the timer is started, and run here by hand (no waiting)
+    layer = StandInLayer(stand_in_prepared={}, layer_name="L0")
+    rec.record(layer, admitted=True)
+    rec.record_capture(layer, 1, True)
+    timer = rec._timer
+    assert timer is not None and timer.daemon and timer.is_alive()
+    rec.record_capture(layer, 2, False)
+    assert rec._timer is timer  # one pending write gathers every record until it runs
+    timer.cancel()
+    timer.function()  # what the timer runs when it fires
+    (report,) = read_reports(tmp_path)
+    assert [(g.rows, g.route) for g in report.layers[0].captured] == [(1, True), (2, False)]
+    assert rec._timer is None
+
+
+def test_native_host_apply_survives_a_failing_capture_record(
+    native_host: FakeHost,
+    tmp_path: Path,
+    capturing: dict[str, bool],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cls = native_host.host_class()
+    rec = _recorder(tmp_path, "native")
+    install_observer(cls, recorder=rec)
+    layer = StandInLayer(stand_in_prepared=prepared_banks(), layer_name="L0")
+    method = cls(4, 32, True, layer)
+    method.process_weights_after_loading(layer)
+
+    def broken(*args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(rec, "record_capture", broken)
+    capturing["on"] = True
+    out = method.apply(layer, *_inputs(1), None, None)
+    assert torch.all(out == HOST_ROUTE_VALUE)  # the host's call went on, its result returned
+    remove(cls)
