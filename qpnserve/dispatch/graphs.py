@@ -53,6 +53,8 @@ def capture_sizes_of(config: Any) -> list[int] | None:
     mode = getattr(compilation, "cudagraph_mode", None)
     if mode is not None and getattr(mode, "name", None) == "NONE":
         return []
+    if getattr(compilation, "use_cudagraph", None) is False:  # vLLM before cudagraph_mode
+        return []
     sizes = getattr(compilation, "cudagraph_capture_sizes", None)
     if isinstance(sizes, list | tuple) and all(isinstance(n, int) for n in sizes):
         return sorted(set(sizes))

@@ -206,6 +206,9 @@ def test_planned_sizes_follow_vllms_own_graph_decision() -> None:
     config.model_config.enforce_eager = False
     config.compilation_config.cudagraph_mode = NS(name="NONE")
     assert graphs.capture_sizes_of(config) == []
+    older = NS(model_config=NS(enforce_eager=False), compilation_config=NS(use_cudagraph=False))
+    older.compilation_config.cudagraph_capture_sizes = [1, 2]
+    assert graphs.capture_sizes_of(older) == []
     assert graphs.capture_sizes_of(None) is None
     assert graphs.planned_capture_sizes() in (None, [])  # no vLLM config is current here
 
