@@ -65,7 +65,8 @@ def install_patched(
     patch_id: str,
     op_archs: tuple[str, ...] | None = None,
 ) -> bool:
-    """Wrap the two methods; False (and nothing done) when the class is already patched.
+    """Wrap the init and the hook and watch apply(); False (and nothing done) when the class
+    is already patched.
 
     ``op_archs``: the loaded build's CUDA archs (() for a CPU-only build; None: not checked).
     """
