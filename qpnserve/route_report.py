@@ -6,6 +6,10 @@ schema of the report directory lives here, and nothing else reads or writes thos
   File: ``<report dir>/route-rank<R>.json`` (one per rank), written atomically.
 - The refusal record, written by the plugin in a process that refuses the route, read by `up`.
   File: ``<report dir>/route-refusal-pid<P>.json``.
+
+Report schema 2 adds what the plugin saw of CUDA graph capture (``graphs_watched``,
+``planned_capture_sizes``, each layer's ``captured``); every added field has a default, so a
+schema-1 report (an older plugin) still loads, and reads as "captures not recorded".
 """
 
 from __future__ import annotations
@@ -21,17 +25,28 @@ from qpnserve.errors import StateError
 from qpnserve.fsutil import atomic_write_text
 from qpnserve.host import HostKind
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # of RouteReport: 2 added the graph-capture fields
+REFUSAL_SCHEMA_VERSION = 1
 _REPORT_GLOB = "route-rank*.json"
 _REFUSAL_GLOB = "route-refusal-pid*.json"
 
 
+class CapturedGraph(BaseModel):
+    """One CUDA graph captured with this layer in it. vLLM runs a layer's Python only in eager
+    calls and while it captures a graph; a replay runs the captured kernels, so whether the
+    route is in a graph is decided once, here, for every replay of it."""
+
+    rows: int  # rows the layer saw during capture: the graph's (padded) batch size
+    route: bool | None  # the AWQ M1 route was captured in it; None: not observable (native host)
+
+
 class LayerDecision(BaseModel):
-    """One MoE layer's init-contract outcome on one rank."""
+    """One MoE layer's init-contract outcome on one rank, and the graphs captured with it."""
 
     layer: str  # the host's layer prefix, e.g. "model.language_model.layers.7.mlp.experts"
     admitted: bool
     reason: str = ""  # empty when admitted; else the failed requirement
+    captured: list[CapturedGraph] = Field(default_factory=list)  # by rows, ascending
 
 
 class RouteReport(BaseModel):
@@ -46,6 +61,11 @@ class RouteReport(BaseModel):
     pid: int
     written_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     layers: list[LayerDecision]
+    # False: the writer did not watch graph capture (schema 1, or a host class with no apply()).
+    graphs_watched: bool = False
+    # vLLM's own capture sizes in this process, read at load time: [] no graphs (eager);
+    # None not readable. What was captured is in each layer's ``captured``.
+    planned_capture_sizes: list[int] | None = None
 
     @property
     def num_admitted(self) -> int:
@@ -89,7 +109,7 @@ class RouteRefusal(BaseModel):
     before any tensor-parallel worker exists: the process name says where it happened.
     """
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = REFUSAL_SCHEMA_VERSION
     route_flag: str  # as the process saw it (a refusal of a malformed flag records it)
     process: str  # multiprocessing's name of the process (vLLM names its workers)
     pid: int

@@ -193,6 +193,8 @@ def render_status(report: StatusReport) -> str:
             lines.append(f"          process group {r.pgid}: {len(report.group_pids)} processes")
         lines.append(f"health:   {report.health_detail or 'not probed'}")
         lines.append(f"route:    {report.route_text or '-'}")
+        if report.route_graphs is not None:
+            lines.append(f"graphs:   {report.route_graphs.text}")
     if report.restart_needed:
         lines.append("restart needed: yes")
         lines += [f"  - {reason}" for reason in report.restart_reasons]

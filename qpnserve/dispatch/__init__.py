@@ -7,6 +7,7 @@ Modules (read in this order):
     manifest.py  patches/awq_m1_dispatch.toml: target, validated host builds, drift check
     contract.py  pure checks: the per-layer init contract and the per-call admission
     recorder.py  the per-rank route report, rewritten atomically as layers initialise
+    graphs.py    is a call being captured into a CUDA graph; vLLM's planned capture sizes
     wrap.py      the wrappers around the host class, with an idempotency marker
     runtime.py   activate(): host detection, manifest check, extension load, wrapping
     observe.py   the native host's observer: watches only, every failure a warning

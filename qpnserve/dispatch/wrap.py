@@ -8,10 +8,14 @@ Patched host (route flag 1):
   physical token (contract.admission_failure is None), the operator writes the host's own
   ``output`` and ``buffers["intermediate"]`` from the host's own banks (no copies) and the
   host's ``output`` is returned; every other call goes to the host's original, unchanged.
+- apply: a pass-through watcher (arguments, result and behaviour untouched). While the current
+  CUDA stream captures a graph, it records the rows the layer saw and whether the hook admitted
+  the route inside that call, into the route report (qpnserve.dispatch.graphs says why).
 
 Native host: only an observer around process_weights_after_loading that reads the host's own
-per-layer decision (``layer.sm70_awq_qwen38_qpn_m1``) into the route report; the route is the
-host's, nothing in the dispatch changes.
+per-layer decision (``layer.sm70_awq_qwen38_qpn_m1``) into the route report, and the same
+apply watcher, which there records the captured rows only (whether the host's route went into
+a graph is not observable: "unknown"); the route is the host's, nothing in the dispatch changes.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qpnserve.config import ROUTE_FLAG
+from qpnserve.dispatch import graphs
 from qpnserve.dispatch.contract import (
     TOP_K,
     admission_failure,
@@ -33,11 +38,13 @@ from qpnserve.errors import DispatchError
 
 logger = logging.getLogger("vllm.qpnserve_awq_m1")
 
-MARKER = "_qpnserve_awq_m1_patch"  # on the host class: {"mode", "patch_id", "originals"}
+# On the host class: {"mode", "patch_id", "originals", "recorder"}.
+MARKER = "_qpnserve_awq_m1_patch"
 ADMITTED_ATTR = "qpnserve_awq_m1_admitted"  # on each layer that passed the init contract
 NATIVE_DECISION_ATTR = "sm70_awq_qwen38_qpn_m1"  # the native host's own per-layer decision
 HOOK = "_apply_legacy_single_token_compact"
 INIT = "process_weights_after_loading"
+APPLY = "apply"  # the host method that calls the hook (num_tokens == 1) or another route
 
 # The operator: torch.ops.qpnserve.awq_moe_m1_out(out, intermediate, x, w13, s13, w2, s2, ids,
 # weights) -> None (contract section 4).
@@ -58,7 +65,8 @@ def install_patched(
     patch_id: str,
     op_archs: tuple[str, ...] | None = None,
 ) -> bool:
-    """Wrap the two methods; False (and nothing done) when the class is already patched.
+    """Wrap the init and the hook and watch apply(); False (and nothing done) when the class
+    is already patched.
 
     ``op_archs``: the loaded build's CUDA archs (() for a CPU-only build; None: not checked).
     """
@@ -66,10 +74,15 @@ def install_patched(
         return False
     original_init = getattr(cls, INIT)
     original_hook = getattr(cls, HOOK)
+    original_apply = getattr(cls, APPLY, None)
+    # id(layer) -> [route admitted] while that layer's apply() is being captured.
+    in_capture: dict[int, list[bool]] = {}
 
     @functools.wraps(original_init)
     def process_weights_after_loading(self: Any, layer: Any) -> Any:
         result = original_init(self, layer)
+        if callable(original_apply) and not recorder.graphs_watched:
+            recorder.watch_graphs(graphs.planned_capture_sizes())  # vLLM's config is set now
         failures = init_contract_failures(
             layer, self, operator_loaded=op is not None, operator_archs=op_archs
         )
@@ -102,6 +115,7 @@ def install_patched(
         top_k: int,
         output: Any,
     ) -> Any:
+        capturing = graphs.is_capturing(x)
         if getattr(layer, ADMITTED_ATTR, False):
             problem = admission_failure(x, topk_weights, topk_ids_i32)
             intermediate = buffers["intermediate"]
@@ -126,6 +140,8 @@ def install_patched(
                     topk_ids_i32,
                     topk_weights,
                 )
+                if capturing:
+                    _note_capture(layer, x, admitted=True)
                 return output
             # One token that still misses the operator is the silent non-admission the route
             # report cannot show; say so once per distinct reason (never per call).
@@ -136,20 +152,51 @@ def install_patched(
                     layer_name(layer),
                     problem,
                 )
+        if capturing:
+            _note_capture(layer, x, admitted=False)
         return original_hook(self, layer, x, topk_weights, topk_ids_i32, buffers, top_k, output)
 
+    def _note_capture(layer: Any, x: Any, *, admitted: bool) -> None:
+        pending = in_capture.get(id(layer))
+        if pending is not None:  # inside the layer's apply(): it records the whole call
+            pending[0] = admitted
+        else:  # the hook captured without apply() around it: record it here
+            recorder.record_capture(layer, int(x.shape[0]), admitted)
+
+    originals = {INIT: original_init, HOOK: original_hook}
     setattr(cls, INIT, process_weights_after_loading)
     setattr(cls, HOOK, _apply_legacy_single_token_compact)
+    if callable(original_apply):
+        originals[APPLY] = original_apply
+
+        @functools.wraps(original_apply)
+        def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
+            layer, x = _layer_and_x(args, kwargs)
+            if not graphs.is_capturing(x):
+                return original_apply(self, *args, **kwargs)
+            in_capture[id(layer)] = [False]
+            try:
+                result = original_apply(self, *args, **kwargs)
+                admitted = in_capture[id(layer)][0]
+            finally:
+                in_capture.pop(id(layer), None)
+            recorder.record_capture(layer, int(x.shape[0]), admitted)
+            return result
+
+        setattr(cls, APPLY, apply)
     setattr(
         cls,
         MARKER,
-        {
-            "mode": "patched",
-            "patch_id": patch_id,
-            "originals": {INIT: original_init, HOOK: original_hook},
-        },
+        {"mode": "patched", "patch_id": patch_id, "originals": originals, "recorder": recorder},
     )
     return True
+
+
+def _layer_and_x(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """apply(layer, x, ...) by position or keyword, whatever else the host version passes."""
+    layer = kwargs["layer"] if "layer" in kwargs else (args[0] if args else None)
+    x = kwargs["x"] if "x" in kwargs else (args[1] if len(args) > 1 else None)
+    return layer, x
 
 
 def install_observer(cls: type, *, recorder: RouteRecorder) -> bool:
@@ -157,10 +204,13 @@ def install_observer(cls: type, *, recorder: RouteRecorder) -> bool:
     if applied_mode(cls) is not None:
         return False
     original_init = getattr(cls, INIT)
+    original_apply = getattr(cls, APPLY, None)
 
     @functools.wraps(original_init)
     def process_weights_after_loading(self: Any, layer: Any) -> Any:
         result = original_init(self, layer)
+        if callable(original_apply) and not recorder.graphs_watched:
+            recorder.watch_graphs(graphs.planned_capture_sizes())
         decided = getattr(layer, NATIVE_DECISION_ATTR, None)
         if decided is None:
             recorder.record(
@@ -176,8 +226,32 @@ def install_observer(cls: type, *, recorder: RouteRecorder) -> bool:
             )
         return result
 
+    originals = {INIT: original_init}
     setattr(cls, INIT, process_weights_after_loading)
-    setattr(cls, MARKER, {"mode": "observe", "patch_id": None, "originals": {INIT: original_init}})
+    if callable(original_apply):
+        originals[APPLY] = original_apply
+
+        @functools.wraps(original_apply)
+        def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:  # watching must never stop the host's own call
+                layer, x = _layer_and_x(args, kwargs)
+                rows = int(x.shape[0]) if graphs.is_capturing(x) else None
+            except Exception:
+                rows = None
+            result = original_apply(self, *args, **kwargs)
+            if rows is not None:
+                try:
+                    recorder.record_capture(layer, rows, None)  # the host's route: unobservable
+                except Exception as exc:
+                    logger.warning("qpnserve AWQ M1: cannot record a graph capture: %s", exc)
+            return result
+
+        setattr(cls, APPLY, apply)
+    setattr(
+        cls,
+        MARKER,
+        {"mode": "observe", "patch_id": None, "originals": originals, "recorder": recorder},
+    )
     return True
 
 

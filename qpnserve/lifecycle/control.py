@@ -13,7 +13,13 @@ from qpnserve import config
 from qpnserve.errors import QpnError
 from qpnserve.lifecycle.options import Progress, stderr_progress
 from qpnserve.lifecycle.procs import group_members, is_alive, stop_group
-from qpnserve.lifecycle.route_check import RouteSummary, expected_moe_layers, summarize
+from qpnserve.lifecycle.route_check import (
+    GraphSummary,
+    RouteSummary,
+    expected_moe_layers,
+    graph_summary,
+    summarize,
+)
 from qpnserve.route_report import read_reports
 from qpnserve.state import (
     DesiredState,
@@ -92,6 +98,7 @@ class StatusReport(BaseModel):
     health_detail: str | None = None
     route: RouteSummary | None = None
     route_text: str | None = None
+    route_graphs: GraphSummary | None = None  # does the route fire on single-token steps
     restart_needed: bool
     restart_reasons: list[str] = Field(default_factory=list)
     restart_command: str | None = None
@@ -109,6 +116,7 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
     healthy: bool | None = None
     health_detail: str | None = None
     route: RouteSummary | None = None
+    graphs: GraphSummary | None = None
     if running is not None:
         alive = is_alive(running.pid, running.proc_start_ticks)
         reused = not alive and is_alive(running.pid, None)  # the pid names another process now
@@ -119,6 +127,7 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         try:
             reports = read_reports(Path(running.report_dir))
             route = summarize(reports, running.tp, expected_moe_layers(Path(running.model)))
+            graphs = graph_summary(reports, running.tp) if reports else None
         except QpnError as exc:
             health_detail = f"{health_detail or ''}; {exc.message}".lstrip("; ")
     needed, reasons = restart_decision(desired, running, phase)
@@ -135,6 +144,7 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         health_detail=health_detail,
         route=route,
         route_text=_route_text(running, route),
+        route_graphs=graphs,
         restart_needed=needed,
         restart_reasons=reasons,
         restart_command=command,

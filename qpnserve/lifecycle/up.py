@@ -20,7 +20,12 @@ from qpnserve.lifecycle.plan import LaunchPlan, desired_from, plan_launch, start
 from qpnserve.lifecycle.prestart import check_conflicts, checks_before_start
 from qpnserve.lifecycle.procs import descendants, group_members, log_tail, stop_group
 from qpnserve.lifecycle.readiness import wait_ready
-from qpnserve.lifecycle.route_check import expected_moe_layers, route_problems, summarize
+from qpnserve.lifecycle.route_check import (
+    expected_moe_layers,
+    graph_summary,
+    route_problems,
+    summarize,
+)
 from qpnserve.lifecycle.stages import Stages
 from qpnserve.route_report import clear_reports, read_refusals, read_reports
 from qpnserve.state import (
@@ -161,6 +166,7 @@ def _verify_and_record(
                 hint=f"route reports: {running.report_dir}; log: {running.log_path}",
             )
         say(f"route: {summary.text}")
+        say(f"graphs: {graph_summary(reports, opts.tp).text}")
         keys = {r.build_key for r in reports if r.build_key}
         if running.build_key and keys and keys != {running.build_key}:
             say(

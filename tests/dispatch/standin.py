@@ -89,9 +89,10 @@ class AWQSM70MoEMethod:
         num_tokens = x.shape[0]
         top_k = topk_ids.shape[1]
         buffers = {
-            "output": torch.zeros(num_tokens, layer.sm70_hidden_logical_size, dtype=torch.float16),
+            "output": torch.zeros(num_tokens, layer.sm70_hidden_logical_size, dtype=torch.float16,
+                                  device=x.device),
             "intermediate": torch.empty(num_tokens * top_k, layer.sm70_intermediate_size,
-                                        dtype=torch.float16),
+                                        dtype=torch.float16, device=x.device),
         }
         output = buffers["output"]
         topk_ids_i32 = topk_ids.to(torch.int32)

@@ -132,3 +132,19 @@ def test_no_restart_needed_when_running_matches_desired() -> None:
 def test_a_gone_server_needs_a_restart() -> None:
     needed, reasons = restart_decision(DesiredState(awq_m1=True), running(), "gone")
     assert needed and "not running any more" in reasons[0]
+
+
+def test_ranks_that_disagree_on_the_layer_count_are_a_problem_without_a_checkpoint_count() -> None:
+    reports = [report(0, layers=4), report(1, layers=4), report(2, layers=3), report(3, layers=4)]
+    problems = route_problems(reports, tp=4, expected_layers=None, server_pids=set())
+    assert problems == [
+        "the ranks disagree on the MoE layer count: rank 0: 4, rank 1: 4, rank 2: 3, rank 3: 4"
+    ]
+
+
+def test_ranks_that_disagree_on_the_layer_count_are_named_beside_the_checkpoint_count() -> None:
+    reports = [report(0, layers=49), report(1, layers=48), report(2, layers=48), report(3, 48)]
+    problems = route_problems(reports, tp=4, expected_layers=48, server_pids=set())
+    assert problems == [
+        "the ranks disagree on the MoE layer count: rank 0: 49, rank 1: 48, rank 2: 48, rank 3: 48"
+    ]

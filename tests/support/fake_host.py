@@ -13,7 +13,9 @@ rank into its own process group (as vLLM's workers are), and serves the bench he
 OpenAI app (tests/support/fake_server.py) with uvicorn: /health answers 503 while "loading",
 200 once loaded. When the route flag is "1" and VLLM_PLUGINS allows qpnserve's plugin (unset
 allows every plugin, as in vLLM), each worker writes its rank's route report into
-$QPNSERVE_REPORT_DIR with qpnserve.route_report, as the plugin does.
+$QPNSERVE_REPORT_DIR through the plugin's own RouteRecorder (qpnserve.dispatch.recorder), so what
+`up` and `status` read is what the plugin writes; only the layers are stand-ins (a name and the
+MoE layer's parallel config, the two things the recorder reads from a layer).
 
 Behaviour is set through the environment (all optional):
     FAKE_HOST_LOAD_S=2.0         seconds of "loading" before /health turns 200 (default 0.2)
@@ -21,6 +23,8 @@ Behaviour is set through the environment (all optional):
     FAKE_HOST_CRASH_AFTER_S=0.5  crash while loading: print a traceback-like tail, exit
                                  FAKE_HOST_CRASH_CODE (default 1); the workers stay orphaned
     FAKE_HOST_REJECT=2:7         rank 2 reports MoE layer 7 as not admitted
+    FAKE_HOST_CAPTURE=2,4        CUDA-graph sizes each worker "captures" (default 1,2,4,8; empty:
+                                 eager, no graphs); the route goes into the 1-row graph only
     FAKE_HOST_IGNORE_SIGTERM=1   leader and workers ignore SIGTERM (only SIGKILL stops them)
     FAKE_HOST_STRAY=1            worker rank 0 leaves the process group (setsid)
     FAKE_HOST_LAYERS=48          MoE layers per rank (default: from the model's config.json)
@@ -39,9 +43,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from qpnserve.config import PLUGIN_NAME, REPORT_DIR, ROUTE_FLAG, VLLM_PLUGINS
-from qpnserve.route_report import LayerDecision, RouteReport, write_report
+from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS
+from qpnserve.dispatch.recorder import RouteRecorder, report_dir_from_env
 from tests.support.fake_server import FakeServerConfig, bind_socket, make_app
 
 NAME = "fake host (test stand-in, not vLLM)"
@@ -72,31 +77,41 @@ def plugin_allowed() -> bool:
     return allow is None or PLUGIN_NAME in allow.split(",")
 
 
+def stand_in_layer(rank: int, tp: int, index: int) -> SimpleNamespace:
+    """What the recorder reads from a vLLM FusedMoE layer: its prefix and its parallel config."""
+    return SimpleNamespace(
+        layer_name=f"model.language_model.layers.{index}.mlp.experts",
+        moe_config=SimpleNamespace(tp_rank=rank, tp_size=tp),
+    )
+
+
 def write_rank_report(rank: int, tp: int, layers: int) -> None:
     reject = os.environ.get("FAKE_HOST_REJECT", "")
     bad_rank, _, bad_layer = reject.partition(":")
-    decisions = []
-    for index in range(layers):
-        refused = reject and int(bad_rank) == rank and int(bad_layer) == index
-        decisions.append(
-            LayerDecision(
-                layer=f"model.language_model.layers.{index}.mlp.experts",
-                admitted=not refused,
-                reason="sm70_w2_k_dim is 320, expected 160 (stand-in refusal)" if refused else "",
-            )
-        )
-    report = RouteReport(
+    recorder = RouteRecorder(
         route_flag="1",
         host_kind="patched",
         host_version="fake-host",
         patch_id="fake-patch",
         build_key=os.environ.get("FAKE_HOST_BUILD_KEY") or None,
-        tp_rank=rank,
-        tp_size=tp,
-        pid=os.getpid(),
-        layers=decisions,
+        report_dir=report_dir_from_env(),
     )
-    write_report(Path(os.environ[REPORT_DIR.name]), report)
+    raw_sizes = os.environ.get("FAKE_HOST_CAPTURE", "1,2,4,8")
+    sizes = sorted(int(n) for n in raw_sizes.split(",") if n.strip())
+    recorder.watch_graphs(sizes)  # as the plugin does with vLLM's own capture sizes
+    recorder.capture_flush_s = 3600.0  # one write at the end (flush), not a timer
+    admitted = {}
+    for index in range(layers):
+        refused = bool(reject) and int(bad_rank) == rank and int(bad_layer) == index
+        reason = "sm70_w2_k_dim is 320, expected 160 (stand-in refusal)" if refused else ""
+        recorder.record(stand_in_layer(rank, tp, index), admitted=not refused, reason=reason)
+        admitted[index] = not refused
+    for rows in reversed(sizes):  # vLLM captures the largest size first
+        for index in range(layers):
+            # What the wrapped hook decides: only a one-row call of an admitted layer.
+            route = admitted[index] and rows == 1
+            recorder.record_capture(stand_in_layer(rank, tp, index), rows, route)
+    recorder.flush()
 
 
 def fork_worker(rank: int, tp: int, layers: int, ignore_sigterm: bool) -> int:
