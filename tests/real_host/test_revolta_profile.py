@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from qpnserve.host_profile import LAUNCH_DEFAULTS, PROVENANCE_VAR, read_profile_tables
-from qpnserve.host_profile_preview import preview
+from qpnserve.host_profile_preview import preview, preview_installed
 from qpnserve.route_sources import ProcessEnviron, parse_provenance, route_values
 
 _RUNNER = r"""
@@ -109,6 +109,20 @@ def test_real_profile_writes_what_the_table_and_the_dry_run_say(revolta_vllm: Pa
     assert shown.applies is None and shown.summary == "applies if: every visible GPU is SM70"
     assert {v.name: v.value for v in shown.values} == written
     assert {v.source for v in shown.values} == {"profile"}
+
+
+def test_real_profile_is_found_in_the_installed_package_for_the_dry_run(
+    revolta_vllm: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    argv = [*ARGV_TP4_FP16, "--model", str(tmp_path)]
+    shown = preview_installed(revolta_vllm, argv, {"VLLM_SM70_AWQ_QWEN38_QPN_M1": "1"})
+    written = run_profile(revolta_vllm, V100_TP4_AWQ, {"VLLM_SM70_AWQ_QWEN38_QPN_M1": "1"})
+    assert shown is not None and shown.path == str(revolta_vllm / "revolta_profile.py")
+    assert {v.name for v in shown.values if v.source == "profile"} == set(written["written"])
+    assert [v.name for v in shown.values if v.source == "environment"] == [
+        "VLLM_SM70_AWQ_QWEN38_QPN_M1"
+    ]
 
 
 def test_real_profile_lets_explicit_values_win_and_records_their_source(
