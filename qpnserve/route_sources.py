@@ -169,18 +169,22 @@ def route_values(processes: Sequence[ProcessEnviron], host_kind: str | None) -> 
 
 
 def sources_line(report: RouteValues) -> str:
-    """Text `status`'s one line: each route value grouped by where it came from."""
+    """Text `status`'s one line: the values set by the environment and by the profile, then how
+    many are at the host's default (`status --json` names them all)."""
     if not report.known:
         return f"unknown ({report.reason})"
     parts = []
-    for source in ("environment", "profile", "default"):
+    for source in ("environment", "profile"):
         names = [
-            v.name.removeprefix(_SHORT_PREFIX) + ("" if v.value is None else f"={v.value}")
+            f"{v.name.removeprefix(_SHORT_PREFIX)}={v.value}"
             for v in report.values
             if v.source == source
         ]
         if names:
             parts.append(f"{source} {' '.join(names)}")
+    defaults = sum(v.source == "default" for v in report.values)
+    if defaults:
+        parts.append(f"{'the other ' if parts else 'all '}{defaults} at the host's default")
     return f"{'; '.join(parts)} ({_SHORT_PREFIX}*)"
 
 

@@ -78,10 +78,10 @@ def test_status_sources_line_groups_the_values_by_source() -> None:
         "environment QWEN38_QPN_M1=1 QWEN38_GROUPED_QPN_MAX_TOKENS=20 "
         "MOE_BATCHED_LAYER_DENYLIST=7; "
         "profile QWEN38_GROUPED_QPN=1 QWEN38_GROUPED_QPN_SPLIT=8 QWEN38_GROUPED_QPN_PACK_ROWS=24 "
-        "TUNE_SMALL_SHAPES=1; "
-        "default QWEN38_MOE_COMPACT_GROUPED_DECODE MOE_COMPACT_METADATA MOE_INT4_ZERO "
-        "MOE_BATCHED_LAYER_ALLOWLIST (VLLM_SM70_AWQ_*)"
+        "TUNE_SMALL_SHAPES=1; the other 4 at the host's default (VLLM_SM70_AWQ_*)"
     )
+    nothing_set = route_values([ProcessEnviron(1, {})], "patched")
+    assert sources_line(nothing_set) == "all 11 at the host's default (VLLM_SM70_AWQ_*)"
 
 
 def test_upstream_default_in_a_record_is_reported_as_default_with_its_value() -> None:

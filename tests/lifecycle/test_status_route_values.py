@@ -57,8 +57,9 @@ def test_status_reads_the_route_sources_from_the_servers_record(
     assert values["VLLM_SM70_AWQ_QWEN38_GROUPED_QPN_SPLIT"] == (None, "default")
     sources = [line for line in text.splitlines() if line.startswith("sources:  ")]
     assert len(sources) == 1
-    assert sources[0].startswith(
-        "sources:  environment QWEN38_QPN_M1=1; profile QWEN38_GROUPED_QPN=1;"
+    assert sources[0] == (
+        "sources:  environment QWEN38_QPN_M1=1; profile QWEN38_GROUPED_QPN=1; "
+        "the other 9 at the host's default (VLLM_SM70_AWQ_*)"
     )
 
 
