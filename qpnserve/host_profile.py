@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -167,7 +167,3 @@ def last_option(argv: Sequence[str], key: str) -> str | None:
 
 def has_flag(argv: Sequence[str], key: str) -> bool:
     return any(a.split("=", 1)[0].replace("_", "-") == f"--{key}" for a in argv)
-
-
-def env_mapping(env: Mapping[str, str | None]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if v is not None}

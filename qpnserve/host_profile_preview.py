@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from qpnserve import host_profile
 from qpnserve.host_profile import (
     ProfileTables,
     ProfileUnreadable,
@@ -59,6 +60,12 @@ class ProfilePreview:
     summary: str
     conditions: list[Condition]
     values: list[ProfileValue] = field(default_factory=list)  # empty when it does not apply
+    # qpnserve's launch defaults left out for the profile (host_profile.LAUNCH_DEFAULTS).
+    left_to_profile: list[str] = field(default_factory=lambda: left_to_profile())
+
+
+def left_to_profile() -> list[str]:
+    return [r.key for r in host_profile.LAUNCH_DEFAULTS if r.decision == "gives way"]
 
 
 def _text_config(model_config: Mapping[str, object]) -> Mapping[str, object]:
@@ -152,6 +159,8 @@ def preview(
 def preview_lines(view: ProfilePreview) -> list[str]:
     """`up --dry-run`'s text: one line for the profile, one per value it will write."""
     lines = [f"host launch profile {view.path}: {view.summary}"]
+    given = ", ".join(view.left_to_profile) or "none (every one stays, docs/operator.md)"
+    lines.append(f"  qpnserve's launch defaults left to the profile: {given}")
     for value in view.values:
         if value.source == "profile":
             lines.append(f"  {value.name}={value.value} (profile)")

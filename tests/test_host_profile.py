@@ -73,6 +73,10 @@ def test_a_default_that_gives_way_is_left_out_only_on_a_host_with_the_profile(
     without = build_argv(**kwargs, tp=4, host="h", port=1)  # type: ignore[arg-type]
     assert "--gpu-memory-utilization" not in with_profile
     assert without[without.index("--gpu-memory-utilization") + 1] == "0.88"
+    shown = preview(TABLES, ARGV, {}, AWQ_CONFIG)
+    assert preview_lines(shown)[1] == (
+        "  qpnserve's launch defaults left to the profile: gpu-memory-utilization"
+    )
 
 
 def test_preview_lists_what_the_profile_writes_and_where_your_value_wins() -> None:
@@ -86,6 +90,8 @@ def test_preview_lists_what_the_profile_writes_and_where_your_value_wins() -> No
     ]
     assert preview_lines(shown) == [
         "host launch profile /host/vllm/revolta_profile.py: applies if: every visible GPU is SM70",
+        "  qpnserve's launch defaults left to the profile: none (every one stays, "
+        "docs/operator.md)",
         "  VLLM_COMMON_A=1 (profile)",
         "  VLLM_SM70_AWQ_QWEN38_QPN_M1=0 (environment, wins over the profile's 1)",
         "  VLLM_SM70_AWQ_QWEN38_GROUPED_QPN=1 (profile)",

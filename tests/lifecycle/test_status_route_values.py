@@ -119,7 +119,9 @@ def test_dry_run_shows_what_the_hosts_profile_will_apply(profile_host: Path) -> 
     lines = result.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("# host launch profile "))
     assert lines[start].endswith("revolta_profile.py: applies if: every visible GPU is SM70")
-    assert lines[start + 1 : start + 4] == [
+    assert lines[start + 1 : start + 5] == [
+        "#   qpnserve's launch defaults left to the profile: none (every one stays, "
+        "docs/operator.md)",
         "#   VLLM_COMMON_A=1 (profile)",
         "#   VLLM_SM70_AWQ_QWEN38_QPN_M1=0 (environment, wins over the profile's 1)",
         "#   VLLM_SM70_AWQ_QWEN38_GROUPED_QPN=1 (profile)",
