@@ -9,7 +9,8 @@ flag, so the servers it starts never depend on the default.
 
 ReVolta also has a grouped decode route that takes the same MoE layers for 2..N rows
 (``VLLM_SM70_AWQ_QWEN38_GROUPED_QPN``, off by its envs.py default) which its V100 profile
-(``vllm/revolta_profile.py``, all devices SM70, FP16, TP 4, AWQ) turns on with the values below;
+(``vllm/revolta_profile.py``, all devices SM70, FP16, TP 4, AWQ, a checkpoint with
+sparse-attention selector metadata: qpnserve.host_profile) turns on with the values below;
 an explicit environment value wins over the profile. An A/B of the single-token route runs with
 whatever that route is set to, so a reader needs to see it.
 """

@@ -98,6 +98,10 @@ def up(
 
 
 def _print_plan(view: PlanView, json_out: bool) -> None:
+    from dataclasses import asdict
+
+    from qpnserve.host_profile_preview import preview_lines
+
     plan = view.plan
     if json_out:
         emit_json(
@@ -110,6 +114,7 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
                 "host": view.host,
                 "route": view.route,
                 "grouped_route": view.grouped_route,
+                "host_profile": asdict(view.host_profile) if view.host_profile else None,
             }
         )
         return
@@ -118,6 +123,8 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
     lines.append(f"# host {view.host}: route {view.route}")
     if view.grouped_route:
         lines.append(f"# {view.grouped_route}")
+    if view.host_profile:
+        lines += [f"# {line}" for line in preview_lines(view.host_profile)]
     for name, value in plan.recorded_env.items():
         lines.append(f"{name}={shlex.quote(value)}" if value is not None else f"# {name} unset")
     lines.append(shlex.join(plan.argv))
@@ -159,6 +166,7 @@ def status(json_out: bool = _JSON) -> None:
 
 def render_status(report: StatusReport) -> str:
     from qpnserve.host_routes import grouped_route_text, route_flag_meaning
+    from qpnserve.route_sources import sources_line
 
     lines = []
     d, r = report.desired, report.running
@@ -195,6 +203,8 @@ def render_status(report: StatusReport) -> str:
         lines.append(f"route:    {report.route_text or '-'}")
         if report.route_graphs is not None:
             lines.append(f"graphs:   {report.route_graphs.text}")
+        if report.route_values is not None:
+            lines.append(f"sources:  {sources_line(report.route_values)}")
     if report.restart_needed:
         lines.append("restart needed: yes")
         lines += [f"  - {reason}" for reason in report.restart_reasons]

@@ -21,6 +21,7 @@ from qpnserve.lifecycle.route_check import (
     summarize,
 )
 from qpnserve.route_report import read_reports
+from qpnserve.route_sources import RouteValues, server_route_values
 from qpnserve.state import (
     DesiredState,
     RunningState,
@@ -102,6 +103,8 @@ class StatusReport(BaseModel):
     restart_needed: bool
     restart_reasons: list[str] = Field(default_factory=list)
     restart_command: str | None = None
+    # Each route-related value of the running server with its source (qpnserve.route_sources).
+    route_values: RouteValues | None = None
 
 
 def status(probe_timeout_s: float = 2.0) -> StatusReport:
@@ -117,6 +120,7 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
     health_detail: str | None = None
     route: RouteSummary | None = None
     graphs: GraphSummary | None = None
+    route_values: RouteValues | None = None
     if running is not None:
         alive = is_alive(running.pid, running.proc_start_ticks)
         reused = not alive and is_alive(running.pid, None)  # the pid names another process now
@@ -130,6 +134,8 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
             graphs = graph_summary(reports, running.tp) if reports else None
         except QpnError as exc:
             health_detail = f"{health_detail or ''}; {exc.message}".lstrip("; ")
+        live = [running.pid, *(m for m in members if m != running.pid)] if alive else []
+        route_values = server_route_values(live, running.host_kind)
     needed, reasons = restart_decision(desired, running, phase)
     if phase == "gone" and members:
         reasons.append(f"pids {members} of its process group remain: `qpnserve down` stops them")
@@ -148,6 +154,7 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         restart_needed=needed,
         restart_reasons=reasons,
         restart_command=command,
+        route_values=route_values,
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from qpnserve import config
 from qpnserve.errors import ServerError, UsageError
+from qpnserve.host_profile import gives_way
 from qpnserve.host_routes import GROUPED_ROUTE_NAMES
 
 
@@ -88,15 +89,18 @@ def build_argv(
     host: str,
     port: int,
     extra_args: Sequence[str] = (),
+    host_has_profile: bool = False,
 ) -> list[str]:
-    """The exact server argv: qpnserve's options, the defaults the user did not override, extras."""
+    """The exact server argv: qpnserve's options, the defaults the user did not override and the
+    host's own launch profile does not supply (qpnserve.host_profile's table), extras."""
     check_extra_args(extra_args)
     overridden = {option_key(a) for a in extra_args} - {None}
     argv = [python, "-m", server_module, "--model", str(model)]
     argv += ["--served-model-name", served_model_name, "--tensor-parallel-size", str(tp)]
     argv += ["--host", host, "--port", str(port)]
     for default in SERVER_DEFAULTS:
-        if not overridden.intersection(default.family):
+        supplied = gives_way(default.family[0], host_has_profile=host_has_profile)
+        if not overridden.intersection(default.family) and not supplied:
             argv += default.args
     return argv + list(extra_args)
 

@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from qpnserve import config
+from qpnserve.host import find_package_dir
+from qpnserve.host_profile import profile_path
 from qpnserve.lifecycle.launch import (
     build_argv,
     build_env,
@@ -64,6 +66,7 @@ def plan_launch(
         host=opts.host,
         port=opts.port,
         extra_args=opts.extra_args,
+        host_has_profile=profile_path(find_package_dir()) is not None,
     )
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     log_path = logs_dir(root) / f"server-{stamp}-{os.getpid()}.log"

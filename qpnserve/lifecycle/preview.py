@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from qpnserve import config
 from qpnserve.errors import QpnError
+from qpnserve.host_profile_preview import ProfilePreview, preview_installed
 from qpnserve.lifecycle import stages as stage_defaults
 from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress
 from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
@@ -23,6 +24,7 @@ class PlanView:
     host: str  # "ReVolta 0.1.4 (native)", or "no vllm found"
     route: str
     grouped_route: str | None  # a native host's grouped route on the same layers, if any
+    host_profile: ProfilePreview | None = None  # what the host's own launch profile will apply
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ def describe_plan(plan: LaunchPlan) -> PlanView:
     kind = host.kind if host.found else None
     route = route_flag_meaning(plan.recorded_env.get(config.ROUTE_FLAG.name), kind)
     label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
-    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind))
+    profile = preview_installed(host.package_dir if host.found else None, plan.argv, plan.env)
+    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind), profile)
 
 
 def dry_run(
