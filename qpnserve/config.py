@@ -91,6 +91,16 @@ ALL_VARS: tuple[EnvVar, ...] = (
     GIT_COMMIT,
 )
 
+# The user's defaults, each written once: the CLI's options, the lifecycle's option records and
+# the state files take them from here (tests/test_defaults_once.py holds that no other module
+# restates them).
+DEFAULT_TP = 4  # the operator's geometry is for 4 ranks (geometry.TP_SIZE)
+DEFAULT_HOST = "127.0.0.1"  # vLLM's own default is every interface; the route is a local service
+DEFAULT_PORT = 8000  # vLLM's default port
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"  # where `bench smoke` looks last
+DEFAULT_UP_TIMEOUT_S = 1800.0  # 4x V100 loads take minutes; CUDA graph capture adds more
+DEFAULT_STOP_TIMEOUT_S = 60.0  # grace period of a process-group stop before SIGKILL
+
 PLUGIN_NAME = "qpnserve_awq_m1"  # entry point name in group vllm.general_plugins
 APP_NAME = "qpnserve"
 

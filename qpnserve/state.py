@@ -52,9 +52,9 @@ class DesiredState(BaseModel):
     include_plugin: bool = True  # False after `rollback --unpatch`: the plugin stays out
     model: str | None = None
     served_model_name: str | None = None
-    tp: int = 4
-    host: str = "127.0.0.1"
-    port: int = 8000
+    tp: int = config.DEFAULT_TP
+    host: str = config.DEFAULT_HOST
+    port: int = config.DEFAULT_PORT
     extra_args: list[str] = Field(default_factory=list)
     server_module: str | None = None  # None = the default host module
     updated_at: datetime = Field(default_factory=_now)

@@ -15,6 +15,7 @@ import typer
 if TYPE_CHECKING:
     from qpnserve.bench.smoke import SmokeOptions
 
+from qpnserve import config
 from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
 from qpnserve.config import (
     BENCH_URL,
@@ -27,8 +28,6 @@ from qpnserve.config import (
     TP,
     UP_TIMEOUT,
 )
-
-DEFAULT_URL = "http://127.0.0.1:8000"
 
 _CONCURRENCY_HELP = "Comma-separated concurrency cells; each is a wave of C requests sent together."
 _PROMPT_TOKENS_HELP = "Generate a frozen prompt of N token ids (default 128)."
@@ -56,7 +55,7 @@ def resolve_url(url: str | None) -> str:
     if running is not None:
         message(f"using the server qpnserve started: {running.base_url}")
         return running.base_url
-    return DEFAULT_URL
+    return config.DEFAULT_URL
 
 
 def _write_out(path: Path, data: object) -> None:
@@ -109,7 +108,8 @@ def smoke(
         None,
         "--url",
         envvar=BENCH_URL.name,
-        help=f"Server base URL (default: the one `qpnserve up` started, else {DEFAULT_URL}).",
+        help="Server base URL (default: the one `qpnserve up` started, "
+        f"else {config.DEFAULT_URL}).",
     ),
     model: str | None = typer.Option(
         None, "--model", envvar=SERVED_MODEL.name, help="Served model name (default: the first)."
@@ -179,9 +179,9 @@ def ab(
         None, metavar="[-- VLLM_ARGS...]", help="Extra server args for both arms."
     ),
     model: Path = typer.Option(..., "--model", envvar=MODEL.name, help="Checkpoint directory."),
-    tp: int = typer.Option(4, "--tp", envvar=TP.name),
-    host: str = typer.Option("127.0.0.1", "--host", envvar=HOST.name),
-    port: int = typer.Option(8000, "--port", envvar=PORT.name),
+    tp: int = typer.Option(config.DEFAULT_TP, "--tp", envvar=TP.name),
+    host: str = typer.Option(config.DEFAULT_HOST, "--host", envvar=HOST.name),
+    port: int = typer.Option(config.DEFAULT_PORT, "--port", envvar=PORT.name),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
     concurrency: str = typer.Option("1,4,8", "--concurrency", help=_CONCURRENCY_HELP),
     output_tokens: int = typer.Option(320, "--output-tokens"),
@@ -191,10 +191,16 @@ def ab(
     rounds: int = typer.Option(1, "--rounds"),
     request_timeout_s: float = typer.Option(600.0, "--request-timeout-s"),
     up_timeout_s: float = typer.Option(
-        1800.0, "--up-timeout-s", envvar=UP_TIMEOUT.name, help="Readiness deadline per start."
+        config.DEFAULT_UP_TIMEOUT_S,
+        "--up-timeout-s",
+        envvar=UP_TIMEOUT.name,
+        help="Readiness deadline per start.",
     ),
     stop_timeout_s: float = typer.Option(
-        60.0, "--stop-timeout-s", envvar=STOP_TIMEOUT.name, help="Grace before SIGKILL."
+        config.DEFAULT_STOP_TIMEOUT_S,
+        "--stop-timeout-s",
+        envvar=STOP_TIMEOUT.name,
+        help="Grace before SIGKILL.",
     ),
     server_module: str | None = typer.Option(
         None,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from qpnserve import config
 from qpnserve.cli.app import app, emit_json, handles_errors, message
 from qpnserve.errors import ExitCode, UsageError
 
@@ -21,10 +22,12 @@ def check(
         None,
         "--model",
         "-m",
-        envvar="QPNSERVE_MODEL",
+        envvar=config.MODEL.name,
         help="Checkpoint directory to vet (config.json, index, *.safetensors); headers only.",
     ),
-    tp: int = typer.Option(4, "--tp", envvar="QPNSERVE_TP", help="Tensor-parallel size."),
+    tp: int = typer.Option(
+        config.DEFAULT_TP, "--tp", envvar=config.TP.name, help="Tensor-parallel size."
+    ),
     only: str | None = typer.Option(
         None,
         "--only",

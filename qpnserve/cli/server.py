@@ -34,18 +34,26 @@ def up(
     model: Path | None = typer.Option(
         None, "--model", envvar=config.MODEL.name, help="Checkpoint directory (default: desired)."
     ),
-    tp: int = typer.Option(4, "--tp", envvar=config.TP.name, help="Tensor-parallel size."),
-    host: str = typer.Option("127.0.0.1", "--host", envvar=config.HOST.name),
-    port: int = typer.Option(8000, "--port", envvar=config.PORT.name),
+    tp: int = typer.Option(
+        config.DEFAULT_TP, "--tp", envvar=config.TP.name, help="Tensor-parallel size."
+    ),
+    host: str = typer.Option(config.DEFAULT_HOST, "--host", envvar=config.HOST.name),
+    port: int = typer.Option(config.DEFAULT_PORT, "--port", envvar=config.PORT.name),
     served_model_name: str | None = typer.Option(
         None, "--served-model-name", help="Default: the checkpoint directory's name."
     ),
     detach: bool = typer.Option(False, "--detach", help="Return once ready; the server stays."),
     timeout_s: float = typer.Option(
-        1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Readiness deadline."
+        config.DEFAULT_UP_TIMEOUT_S,
+        "--timeout-s",
+        envvar=config.UP_TIMEOUT.name,
+        help="Readiness deadline.",
     ),
     stop_timeout_s: float = typer.Option(
-        60.0, "--stop-timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
+        config.DEFAULT_STOP_TIMEOUT_S,
+        "--stop-timeout-s",
+        envvar=config.STOP_TIMEOUT.name,
+        help="Grace before SIGKILL.",
     ),
     dry_run: bool = typer.Option(
         False,
@@ -135,7 +143,10 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
 @handles_errors
 def down(
     timeout_s: float = typer.Option(
-        60.0, "--timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
+        config.DEFAULT_STOP_TIMEOUT_S,
+        "--timeout-s",
+        envvar=config.STOP_TIMEOUT.name,
+        help="Grace before SIGKILL.",
     ),
     json_out: bool = _JSON,
 ) -> None:
@@ -225,10 +236,16 @@ def rollback(
     restart: bool = typer.Option(False, "--restart", help="Then `down` and `up` without it."),
     unpatch: bool = typer.Option(False, "--unpatch", help="Also leave qpnserve's plugin out."),
     timeout_s: float = typer.Option(
-        1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Readiness deadline (restart)."
+        config.DEFAULT_UP_TIMEOUT_S,
+        "--timeout-s",
+        envvar=config.UP_TIMEOUT.name,
+        help="Readiness deadline (restart).",
     ),
     stop_timeout_s: float = typer.Option(
-        60.0, "--stop-timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
+        config.DEFAULT_STOP_TIMEOUT_S,
+        "--stop-timeout-s",
+        envvar=config.STOP_TIMEOUT.name,
+        help="Grace before SIGKILL.",
     ),
     json_out: bool = _JSON,
 ) -> None:

@@ -11,10 +11,11 @@ through a callback (default: stderr); they never print data.
 - ``dry_run(opts, progress=None, stages=None) -> DryRun``: `up`'s checks before the start and
   its plan with what the route means on the installed host; the error `up` would stop with is
   returned, not raised.
-- ``down(timeout_s=60.0, progress=None) -> DownResult``
+- ``down(timeout_s=DEFAULT_STOP_TIMEOUT_S, progress=None) -> DownResult``
 - ``status(probe_timeout_s=2.0) -> StatusReport``
-- ``rollback(restart=False, unpatch=False, stop_timeout_s=60.0, up_timeout_s=1800.0,
-  progress=None, stages=None) -> RollbackResult``
+- ``rollback(restart=False, unpatch=False, stop_timeout_s=DEFAULT_STOP_TIMEOUT_S,
+  up_timeout_s=DEFAULT_UP_TIMEOUT_S, progress=None, stages=None) -> RollbackResult``
+  (the DEFAULT_* values are qpnserve.config's)
 
 Locking: the state lock is held only for short read-modify-write sections (check-and-start,
 record ready, mark stopping, clear), never while a model loads, so `status` and `down` work

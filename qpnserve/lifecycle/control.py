@@ -44,7 +44,9 @@ class DownResult(BaseModel):
     killed: list[int] = Field(default_factory=list)  # still there after the grace period
 
 
-def down(timeout_s: float = 60.0, progress: Progress | None = None) -> DownResult:
+def down(
+    timeout_s: float = config.DEFAULT_STOP_TIMEOUT_S, progress: Progress | None = None
+) -> DownResult:
     """SIGTERM the recorded server's group, wait ``timeout_s``, SIGKILL the rest, confirm, clear."""
     say = progress or stderr_progress
     root = ensure_state_dir()

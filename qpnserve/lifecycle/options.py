@@ -31,13 +31,13 @@ class UpOptions:
     model: Path
     awq_m1: bool = True
     include_plugin: bool = True  # False: leave qpnserve's plugin out (`rollback --unpatch`)
-    tp: int = 4
-    host: str = "127.0.0.1"
-    port: int = 8000
+    tp: int = config.DEFAULT_TP
+    host: str = config.DEFAULT_HOST
+    port: int = config.DEFAULT_PORT
     served_model_name: str | None = None  # None: the checkpoint directory's name
     detach: bool = False
-    timeout_s: float = 1800.0  # 4x V100 loads take minutes; CUDA graph capture adds more
-    stop_timeout_s: float = 60.0  # grace period of the group stop on failure or Ctrl-C
+    timeout_s: float = config.DEFAULT_UP_TIMEOUT_S
+    stop_timeout_s: float = config.DEFAULT_STOP_TIMEOUT_S  # also on failure or Ctrl-C
     extra_args: list[str] = field(default_factory=list)
     server_module: str = config.DEFAULT_SERVER_MODULE
     poll_s: float = 1.0

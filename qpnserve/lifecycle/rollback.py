@@ -49,8 +49,8 @@ class RollbackResult(BaseModel):
 def rollback(
     restart: bool = False,
     unpatch: bool = False,
-    stop_timeout_s: float = 60.0,
-    up_timeout_s: float = 1800.0,
+    stop_timeout_s: float = config.DEFAULT_STOP_TIMEOUT_S,
+    up_timeout_s: float = config.DEFAULT_UP_TIMEOUT_S,
     progress: Progress | None = None,
     stages: Stages | None = None,
 ) -> RollbackResult:

@@ -56,7 +56,7 @@ def run_preflight_stage(
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         check = ["qpnserve", "check", "--model", str(opts.model)]
-        check += ["--tp", str(opts.tp)] if opts.tp != 4 else []
+        check += ["--tp", str(opts.tp)] if opts.tp != config.DEFAULT_TP else []
         check += [] if opts.awq_m1 else ["--no-awq-m1"]
         every = f"all {len(failed)} FAILs" if len(failed) > 1 else "the full report"
         raise PreflightError(

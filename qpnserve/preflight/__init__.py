@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from qpnserve import geometry
+from qpnserve import config
 from qpnserve.errors import UsageError
 from qpnserve.preflight.checks import machine_checks
 from qpnserve.preflight.checks_checkpoint import checkpoint_checks
@@ -42,7 +42,7 @@ def parse_groups(text: str | None) -> set[str]:
 
 def run_preflight(
     model: Path | None,
-    tp: int = geometry.TP_SIZE,
+    tp: int = config.DEFAULT_TP,
     groups: set[str] | None = None,
     awq_m1: bool = True,
     facts_file: Path | None = None,
