@@ -11,6 +11,7 @@ import argparse
 
 import torch
 
+from qpnserve.config import load_settings
 from qpnserve.kernels import build, ops, reference
 
 
@@ -21,7 +22,7 @@ def main() -> None:
     parser.add_argument("--experts", type=int, default=64)
     args = parser.parse_args()
 
-    build.load(cpu_only=args.device == "cpu")
+    build.load(cpu_only=args.device == "cpu", build_dir=load_settings().build_dir)
     banks = reference.random_banks(args.experts, seed=1, fmt=args.format, device=args.device)
     x, ids, weights = reference.random_inputs(seed=2, num_experts=args.experts, device=args.device)
     out = torch.empty(1, reference.HIDDEN, dtype=torch.float16, device=args.device)

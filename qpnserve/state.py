@@ -105,9 +105,9 @@ def client_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def ensure_state_dir(path: Path | None = None) -> Path:
+def ensure_state_dir(path: Path) -> Path:
     """Create the state directory (0700) and tighten it if it is readable by others."""
-    root = path or config.state_dir()
+    root = path
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         mode = stat.S_IMODE(root.stat().st_mode)

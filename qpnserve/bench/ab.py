@@ -23,6 +23,7 @@ from qpnserve.bench.smoke import SmokeOptions, SmokeOutcome, run_smoke
 from qpnserve.errors import ConflictError, QpnError, StateError
 
 if TYPE_CHECKING:
+    from qpnserve.config import Settings
     from qpnserve.lifecycle import StatusReport, UpOptions
     from qpnserve.state import DesiredState, RunningState
 
@@ -53,17 +54,16 @@ class AbResult:
     out_dir: Path
 
 
-def default_out_dir() -> Path:
-    from qpnserve.config import state_dir
+def default_out_dir(state_dir: Path) -> Path:
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return state_dir() / "bench" / f"ab-{stamp}"
+    return state_dir / "bench" / f"ab-{stamp}"
 
 
-def _restore_desired(desired: DesiredState | None) -> None:
+def _restore_desired(state_dir: Path, desired: DesiredState | None) -> None:
     from qpnserve.state import DESIRED_FILE, ensure_state_dir, locked, write_desired
 
-    root = ensure_state_dir()
+    root = ensure_state_dir(state_dir)
     with locked(root):
         if desired is not None:
             write_desired(root, desired)
@@ -71,15 +71,15 @@ def _restore_desired(desired: DesiredState | None) -> None:
             (root / DESIRED_FILE).unlink(missing_ok=True)
 
 
-def default_hooks(progress: Progress) -> AbHooks:
+def default_hooks(progress: Progress, settings: Settings) -> AbHooks:
     from qpnserve import lifecycle
 
     return AbHooks(
-        status=lifecycle.status,
-        up=lambda opts: lifecycle.up(opts, progress=progress),
-        down=lambda timeout_s: lifecycle.down(timeout_s, progress=progress),
+        status=lambda: lifecycle.status(settings=settings),
+        up=lambda opts: lifecycle.up(opts, progress=progress, settings=settings),
+        down=lambda timeout_s: lifecycle.down(timeout_s, progress=progress, settings=settings),
         smoke=lambda opts, say: run_smoke(opts, progress=say),
-        restore_desired=_restore_desired,
+        restore_desired=lambda desired: _restore_desired(settings.state_dir, desired),
     )
 
 
@@ -104,8 +104,8 @@ def _found_options(found: StatusReport, base: UpOptions) -> UpOptions | None:
     )
 
 
-def run_ab(opts: AbOptions, progress: Progress, hooks: AbHooks | None = None) -> AbResult:
-    hooks = hooks or default_hooks(progress)
+def run_ab(opts: AbOptions, progress: Progress, hooks: AbHooks) -> AbResult:
+    """``hooks``: the effects (default_hooks(progress, settings) for the real ones)."""
     found = hooks.status()
     if found.server in ("starting", "stopping"):
         raise ConflictError(

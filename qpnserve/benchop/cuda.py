@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 from collections.abc import Callable
@@ -13,7 +12,6 @@ import torch
 from qpnserve.benchop import hostop
 from qpnserve.benchop.report import DeviceFacts
 from qpnserve.benchop.runner import BenchOps
-from qpnserve.config import GIT_COMMIT
 from qpnserve.errors import BenchError
 
 COPY_BYTES = 1 << 30  # far above the 60 MB L2 of an H200 (6 MB on a V100)
@@ -77,9 +75,9 @@ def copy_gb_s(device: torch.device, repeats: int = 10) -> float:
     return 2 * COPY_BYTES / (statistics.median(times_ms) * 1e-3) / 1e9
 
 
-def git_commit() -> str:
-    """$QPNSERVE_GIT_COMMIT, else the checkout's HEAD (with +dirty), else 'unknown'."""
-    recorded = os.environ.get(GIT_COMMIT.name)
+def git_commit(recorded: str | None) -> str:
+    """``recorded`` ($QPNSERVE_GIT_COMMIT), else the checkout's HEAD (with +dirty), else
+    'unknown'."""
     if recorded:
         return recorded
     root = Path(__file__).resolve().parents[2]
@@ -97,7 +95,7 @@ def git_commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def device_facts(device: torch.device) -> DeviceFacts:
+def device_facts(device: torch.device, recorded_commit: str | None) -> DeviceFacts:
     props = torch.cuda.get_device_properties(device)
     facts = DeviceFacts(
         gpu_name=props.name,
@@ -107,7 +105,7 @@ def device_facts(device: torch.device) -> DeviceFacts:
         mem_gib=props.total_memory / 2**30,
         torch_version=torch.__version__,
         cuda_version=torch.version.cuda,
-        git_commit=git_commit(),
+        git_commit=git_commit(recorded_commit),
     )
     try:  # clocks are best effort: NVML may be missing or restricted
         import pynvml
@@ -145,10 +143,14 @@ def pinned_path_label(op_path: str, gpu_name: str, capability: tuple[int, int]) 
 
 
 def cuda_ops(
-    device: torch.device, load_extension: Callable[[], object], op_path: str = "auto"
+    device: torch.device,
+    load_extension: Callable[[], object],
+    op_path: str = "auto",
+    recorded_commit: str | None = None,
 ) -> BenchOps:
     """Load the extension (op, floor, derive) and wire the real measurements.
 
+    recorded_commit: $QPNSERVE_GIT_COMMIT from the settings (a copy without .git).
     op_path pins the op's path (OP_PATHS): "v100" runs the V100 design on any GPU (on a newer
     GPU that is the V100 design's correctness and its time there, not a V100's speed).
     """
@@ -192,6 +194,6 @@ def cuda_ops(
         derive=ns.derive_input_m1,
         timer=timer,
         copy_gb_s=lambda: copy_gb_s(device),
-        facts=lambda: device_facts(device),
+        facts=lambda: device_facts(device, recorded_commit),
         pdl_supported=torch.cuda.get_device_capability(device)[0] >= 9,
     )

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from qpnserve.bench.smoke import SmokeOptions
 
 from qpnserve import config
-from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
+from qpnserve.cli.app import bench_app, emit_json, handles_errors, message, settings
 from qpnserve.config import (
     BENCH_URL,
     HOST,
@@ -39,17 +39,15 @@ def normalize_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-def resolve_url(url: str | None) -> str:
+def resolve_url(url: str | None, state_dir: Path) -> str:
     """--url / $QPNSERVE_URL, else the server `qpnserve up` recorded, else the vLLM default."""
     if url:
         return normalize_url(url)
-    from qpnserve.config import state_dir
     from qpnserve.errors import QpnError
     from qpnserve.state import read_running
 
     try:
-        root = state_dir()
-        running = read_running(root) if root.is_dir() else None
+        running = read_running(state_dir) if state_dir.is_dir() else None
     except QpnError:  # a corrupt state file is `status`'s to report, not a reason to stop here
         running = None
     if running is not None:
@@ -104,6 +102,7 @@ def _smoke_options(
 @bench_app.command("smoke")
 @handles_errors
 def smoke(
+    ctx: typer.Context,
     url: str | None = typer.Option(
         None,
         "--url",
@@ -130,7 +129,7 @@ def smoke(
     from qpnserve.bench.smoke import run_smoke
 
     opts = _smoke_options(
-        resolve_url(url),
+        resolve_url(url, settings(ctx).state_dir),
         model,
         concurrency,
         output_tokens,
@@ -175,6 +174,7 @@ def compare(
 @bench_app.command("ab", context_settings={"allow_interspersed_args": False})
 @handles_errors
 def ab(
+    ctx: typer.Context,
     extra_args: list[str] | None = typer.Argument(
         None, metavar="[-- VLLM_ARGS...]", help="Extra server args for both arms."
     ),
@@ -214,7 +214,7 @@ def ab(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
     """Route off, smoke; route on, smoke; compare. Leaves the server as it found it."""
-    from qpnserve.bench.ab import AbOptions, default_out_dir, run_ab
+    from qpnserve.bench.ab import AbOptions, default_hooks, default_out_dir, run_ab
     from qpnserve.bench.render import compare_table
     from qpnserve.lifecycle import UpOptions
 
@@ -242,8 +242,11 @@ def ab(
     )
     if server_module:
         up_opts.server_module = server_module
-    opts = AbOptions(up=up_opts, smoke=smoke_opts, out_dir=out_dir or default_out_dir())
-    result = run_ab(opts, progress=message)
+    found = settings(ctx)
+    opts = AbOptions(
+        up=up_opts, smoke=smoke_opts, out_dir=out_dir or default_out_dir(found.state_dir)
+    )
+    result = run_ab(opts, progress=message, hooks=default_hooks(message, found))
     message(compare_table(result.comparison))
     message(f"reports: {result.out_dir}")
     if as_json:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 
 import typer
 
-from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
+from qpnserve.cli.app import bench_app, emit_json, handles_errors, message, settings
 from qpnserve.config import BENCH_OP_FORMAT, BENCH_OP_ITERS, BENCH_OP_LAYERS
 from qpnserve.geometry import NUM_MOE_LAYERS
 
@@ -24,6 +24,7 @@ OP_PATH_NAMES = ("auto", "v100")
 @bench_app.command("op")
 @handles_errors
 def bench_op(
+    ctx: typer.Context,
     fmt: str = typer.Option(
         "4byte", "--format", envvar=BENCH_OP_FORMAT.name, help="Metadata format: 4byte or 3byte."
     ),
@@ -76,7 +77,13 @@ def bench_op(
     from qpnserve.kernels.build import build
 
     device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
-    ops = cuda_ops(device, lambda: build(progress=message), op_path)
+    found = settings(ctx)
+    ops = cuda_ops(
+        device,
+        lambda: build(progress=message, build_dir=found.build_dir),
+        op_path,
+        recorded_commit=found.git_commit,
+    )
     meta_format = cast("MetaFormat", fmt)
     cfg = BenchConfig(
         fmt=meta_format,

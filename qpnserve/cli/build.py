@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import typer
 
-from qpnserve.cli.app import app, emit_json, handles_errors, message
+from qpnserve.cli.app import app, emit_json, handles_errors, message, settings
 
 
 @app.command()
 @handles_errors
 def build(
+    ctx: typer.Context,
     arch: str | None = typer.Option(
         None,
         "--arch",
@@ -30,7 +31,13 @@ def build(
     print its path and whether an existing build was reused. Never run inside a server."""
     from qpnserve.kernels.build import build as build_extension
 
-    result = build_extension(arch_list=arch, force=force, cpu_only=cpu_only, progress=message)
+    result = build_extension(
+        arch_list=arch,
+        force=force,
+        cpu_only=cpu_only,
+        progress=message,
+        build_dir=settings(ctx).build_dir,
+    )
     if as_json:
         emit_json(result.to_json())
         return

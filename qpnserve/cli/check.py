@@ -11,13 +11,14 @@ from pathlib import Path
 import typer
 
 from qpnserve import config
-from qpnserve.cli.app import app, emit_json, handles_errors, message
+from qpnserve.cli.app import app, emit_json, handles_errors, message, settings
 from qpnserve.errors import ExitCode, UsageError
 
 
 @app.command()
 @handles_errors
 def check(
+    ctx: typer.Context,
     model: Path | None = typer.Option(
         None,
         "--model",
@@ -54,7 +55,7 @@ def check(
         raise UsageError(
             "--only checkpoint needs --model", hint="qpnserve check --only checkpoint --model DIR"
         )
-    report = run_preflight(model, tp=tp, groups=groups, awq_m1=awq_m1)
+    report = run_preflight(model, settings=settings(ctx), tp=tp, groups=groups, awq_m1=awq_m1)
     if as_json:
         emit_json(report)
     else:

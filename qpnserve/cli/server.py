@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from qpnserve import config
-from qpnserve.cli.app import app, emit_json, handles_errors, message
+from qpnserve.cli.app import app, emit_json, handles_errors, message, settings
 
 if TYPE_CHECKING:
     from qpnserve.lifecycle import PlanView, StatusReport
@@ -23,6 +23,7 @@ _JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 @app.command(context_settings={"allow_interspersed_args": False})
 @handles_errors
 def up(
+    ctx: typer.Context,
     extra_args: list[str] | None = typer.Argument(
         None, metavar="[-- VLLM_ARGS...]", help="Extra server args; they override the defaults."
     ),
@@ -74,7 +75,9 @@ def up(
     from qpnserve import lifecycle
     from qpnserve.errors import PreflightError
 
+    found = settings(ctx)
     opts, route_note = lifecycle.resolve_up_options(
+        settings=found,
         model=model,
         awq_m1=awq_m1,
         tp=tp,
@@ -90,13 +93,13 @@ def up(
     if route_note:
         message(route_note)
     if dry_run:
-        checked = lifecycle.dry_run(opts, progress=message)
+        checked = lifecycle.dry_run(opts, progress=message, settings=found)
         _print_plan(checked.view, json_out)
         if checked.error is not None:
             raise checked.error
         return
     try:
-        running = lifecycle.up(opts, progress=message)
+        running = lifecycle.up(opts, progress=message, settings=found)
     except PreflightError as exc:
         if json_out and exc.report is not None:
             emit_json(exc.report)  # the document `qpnserve check --json` prints
@@ -142,6 +145,7 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
 @app.command()
 @handles_errors
 def down(
+    ctx: typer.Context,
     timeout_s: float = typer.Option(
         config.DEFAULT_STOP_TIMEOUT_S,
         "--timeout-s",
@@ -154,7 +158,7 @@ def down(
     no process of the group is left, clear the running state."""
     from qpnserve import lifecycle
 
-    result = lifecycle.down(timeout_s, progress=message)
+    result = lifecycle.down(timeout_s, progress=message, settings=settings(ctx))
     if not result.stopped and result.pid is None:
         message("no server recorded: nothing to stop")
     if json_out:
@@ -163,12 +167,12 @@ def down(
 
 @app.command()
 @handles_errors
-def status(json_out: bool = _JSON) -> None:
+def status(ctx: typer.Context, json_out: bool = _JSON) -> None:
     """Desired versus running state, health, the per-rank route summary, and whether a restart
     is needed (and why)."""
     from qpnserve import lifecycle
 
-    report = lifecycle.status()
+    report = lifecycle.status(settings=settings(ctx))
     if json_out:
         emit_json(report)
         return
@@ -233,6 +237,7 @@ def _on(value: bool) -> str:
 @app.command()
 @handles_errors
 def rollback(
+    ctx: typer.Context,
     restart: bool = typer.Option(False, "--restart", help="Then `down` and `up` without it."),
     unpatch: bool = typer.Option(False, "--unpatch", help="Also leave qpnserve's plugin out."),
     timeout_s: float = typer.Option(
@@ -259,6 +264,7 @@ def rollback(
         stop_timeout_s=stop_timeout_s,
         up_timeout_s=timeout_s,
         progress=message,
+        settings=settings(ctx),
     )
     if json_out:
         emit_json(result)

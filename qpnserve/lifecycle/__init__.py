@@ -3,18 +3,23 @@
 The CLI (cli/server.py) and `bench ab` call these. They raise QpnErrors and report progress
 through a callback (default: stderr); they never print data.
 
-- ``up(opts: UpOptions, progress=None, stages=None) -> RunningState``: detached, returns once
-  ready; foreground, returns after `qpnserve down` stopped the server (KeyboardInterrupt after
-  stopping the group on Ctrl-C/SIGTERM; ServerError if the server exits on its own).
-- ``resolve_up_options(model=, awq_m1=, **fields) -> (UpOptions, note)``: the user's options,
-  with the route and model the desired state records where the user left them out.
-- ``dry_run(opts, progress=None, stages=None) -> DryRun``: `up`'s checks before the start and
-  its plan with what the route means on the installed host; the error `up` would stop with is
-  returned, not raised.
-- ``down(timeout_s=DEFAULT_STOP_TIMEOUT_S, progress=None) -> DownResult``
-- ``status(probe_timeout_s=2.0) -> StatusReport``
+Every stage takes ``settings`` (qpnserve.config.Settings, read by the caller's edge) as a
+keyword.
+
+- ``up(opts: UpOptions, progress=None, stages=None, *, settings) -> RunningState``: detached,
+  returns once ready; foreground, returns after `qpnserve down` stopped the server
+  (KeyboardInterrupt after stopping the group on Ctrl-C/SIGTERM; ServerError if the server
+  exits on its own).
+- ``resolve_up_options(model=, awq_m1=, settings=, **fields) -> (UpOptions, note)``: the user's
+  options, with the route and model the desired state records where the user left them out.
+- ``dry_run(opts, progress=None, stages=None, *, settings) -> DryRun``: `up`'s checks before the
+  start and its plan with what the route means on the installed host; the error `up` would stop
+  with is returned, not raised.
+- ``down(timeout_s=DEFAULT_STOP_TIMEOUT_S, progress=None, *, settings) -> DownResult``
+- ``status(probe_timeout_s=2.0, *, settings) -> StatusReport``
 - ``rollback(restart=False, unpatch=False, stop_timeout_s=DEFAULT_STOP_TIMEOUT_S,
-  up_timeout_s=DEFAULT_UP_TIMEOUT_S, progress=None, stages=None) -> RollbackResult``
+  up_timeout_s=DEFAULT_UP_TIMEOUT_S, progress=None, stages=None, *, settings)
+  -> RollbackResult``
   (the DEFAULT_* values are qpnserve.config's)
 
 Locking: the state lock is held only for short read-modify-write sections (check-and-start,

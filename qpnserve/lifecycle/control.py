@@ -45,11 +45,14 @@ class DownResult(BaseModel):
 
 
 def down(
-    timeout_s: float = config.DEFAULT_STOP_TIMEOUT_S, progress: Progress | None = None
+    timeout_s: float = config.DEFAULT_STOP_TIMEOUT_S,
+    progress: Progress | None = None,
+    *,
+    settings: config.Settings,
 ) -> DownResult:
     """SIGTERM the recorded server's group, wait ``timeout_s``, SIGKILL the rest, confirm, clear."""
     say = progress or stderr_progress
-    root = ensure_state_dir()
+    root = ensure_state_dir(settings.state_dir)
     with locked(root):
         running = read_running(root)
         if running is None:
@@ -109,9 +112,9 @@ class StatusReport(BaseModel):
     route_values: RouteValues | None = None
 
 
-def status(probe_timeout_s: float = 2.0) -> StatusReport:
+def status(probe_timeout_s: float = 2.0, *, settings: config.Settings) -> StatusReport:
     """Desired versus running, liveness from /proc, health from /health, route from reports."""
-    root = ensure_state_dir()
+    root = ensure_state_dir(settings.state_dir)
     # No lock: every state write is an atomic rename, so a read sees a whole file, and status
     # must answer even while another command holds the lock.
     desired = read_desired(root)

@@ -65,12 +65,12 @@ def validate(opts: UpOptions) -> None:
 
 
 def resolve_up_options(
-    *, model: Path | None, awq_m1: bool | None, **fields: Any
+    *, model: Path | None, awq_m1: bool | None, settings: config.Settings, **fields: Any
 ) -> tuple[UpOptions, str | None]:
     """`up`'s options from what the user passed, filled from the desired state (what the last
     `up` or `rollback` recorded). ``awq_m1`` None: the desired route, else on. Returns the
     options and, when the route came from the desired state, a line that says so."""
-    root = config.state_dir()
+    root = settings.state_dir
     desired = read_desired(root) if root.is_dir() else None
     return options_from_desired(desired, model=model, awq_m1=awq_m1, **fields)
 

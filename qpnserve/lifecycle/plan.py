@@ -42,12 +42,11 @@ def plan_launch(
     opts: UpOptions,
     root: Path,
     *,
-    base_env: Mapping[str, str] | None = None,
+    base_env: Mapping[str, str],
     installed_plugins: Sequence[str] | None = None,
 ) -> LaunchPlan:
     validate(opts)
     reports = report_dir(root)
-    base_env = os.environ if base_env is None else base_env
     env = build_env(
         base_env,
         route_on=opts.awq_m1,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from qpnserve.config import Settings
 from qpnserve.errors import ConflictError, PreflightError
 from qpnserve.lifecycle.launch import port_holder, port_in_use
 from qpnserve.lifecycle.options import Progress, UpOptions, validate
@@ -21,14 +22,16 @@ def checks_before_start(
     say: Progress,
     stages: Stages,
     dry_run: bool = False,
+    *,
+    settings: Settings,
 ) -> tuple[Path, HostSummary]:
     """`up`'s checks before anything starts; the preflight judges ``server_env``."""
     validate(opts)
-    root = ensure_state_dir()
+    root = ensure_state_dir(settings.state_dir)
     with locked(root):
         check_conflicts(root, opts, say, dry_run)  # fail fast, before the slow stages
     _warn_busy_gpus(say)
-    host = stages.preflight(opts, server_env, say)
+    host = stages.preflight(opts, server_env, say, settings)
     if opts.awq_m1 and host.kind not in ("native", "patched"):
         raise PreflightError(
             f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",

@@ -53,9 +53,11 @@ def rollback(
     up_timeout_s: float = config.DEFAULT_UP_TIMEOUT_S,
     progress: Progress | None = None,
     stages: Stages | None = None,
+    *,
+    settings: config.Settings,
 ) -> RollbackResult:
     say = progress or stderr_progress
-    root = ensure_state_dir()
+    root = ensure_state_dir(settings.state_dir)
     with locked(root):
         before = read_desired(root)
         running = read_running(root)
@@ -111,7 +113,7 @@ def rollback(
             "cannot restart: the desired state names no model", hint="run `qpnserve up`"
         )
     say("restarting without the route: down, then up (detached)")
-    down(stop_timeout_s, say)
+    down(stop_timeout_s, say, settings=settings)
     opts = UpOptions(
         model=Path(after.model),
         awq_m1=False,
@@ -126,7 +128,7 @@ def rollback(
         extra_args=list(after.extra_args),
         server_module=after.server_module or config.DEFAULT_SERVER_MODULE,
     )
-    result.restarted = up(opts, say, stages)
+    result.restarted = up(opts, say, stages, settings=settings)
     result.restart_needed = False
     result.restart_command = None
     result.notes.append(

@@ -7,7 +7,6 @@ tests/lifecycle/); nothing in a user-facing path ever skips or fakes them.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,16 +30,17 @@ class HostSummary:
 class Stages:
     """The stages before the start.
 
-    ``preflight(opts, server_env, progress)`` raises PreflightError on any FAIL and returns the
-    host it saw; ``prepare_extension`` returns the extension's build key.
+    ``preflight(opts, server_env, progress, settings)`` raises PreflightError on any FAIL and
+    returns the host it saw; ``prepare_extension(host, progress, settings)`` returns the
+    extension's build key.
     """
 
-    preflight: Callable[[UpOptions, Mapping[str, str], Progress], HostSummary]
-    prepare_extension: Callable[[HostSummary, Progress], str]
+    preflight: Callable[[UpOptions, Mapping[str, str], Progress, config.Settings], HostSummary]
+    prepare_extension: Callable[[HostSummary, Progress, config.Settings], str]
 
 
 def run_preflight_stage(
-    opts: UpOptions, server_env: Mapping[str, str], progress: Progress
+    opts: UpOptions, server_env: Mapping[str, str], progress: Progress, settings: config.Settings
 ) -> HostSummary:
     """`qpnserve check` for this start: any FAIL stops `up` (the route adds its own checks).
 
@@ -50,7 +50,9 @@ def run_preflight_stage(
     from qpnserve.preflight import run_preflight
 
     progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
-    report = run_preflight(opts.model, tp=opts.tp, awq_m1=opts.awq_m1, environ=server_env)
+    report = run_preflight(
+        opts.model, settings=settings, tp=opts.tp, awq_m1=opts.awq_m1, environ=server_env
+    )
     failed = report.failed()
     if failed:
         first = failed[0]
@@ -70,17 +72,19 @@ def run_preflight_stage(
     return HostSummary(kind=host.kind, version=host.version)
 
 
-def prepare_extension_stage(host: HostSummary, progress: Progress) -> str:
+def prepare_extension_stage(
+    host: HostSummary, progress: Progress, settings: config.Settings
+) -> str:
     """Build the operator for $QPNSERVE_BUILD_ARCH (else the visible GPUs), or reuse the cached
     build with the same key; the plugin in every worker loads that build (it never compiles)."""
     from qpnserve.kernels.build import build
 
-    arch = os.environ.get(config.BUILD_ARCH.name) or None
+    arch = settings.build_arch
     progress(
         "extension: building or reusing the AWQ M1 operator for "
         + (f"{config.BUILD_ARCH.name}={arch}" if arch else "the visible GPUs")
     )
-    result = build(arch_list=arch, progress=progress)
+    result = build(arch_list=arch, progress=progress, build_dir=settings.build_dir)
     progress(f"extension: {'reused' if result.reused else 'built'} {result.build_key}")
     return result.build_key
 

@@ -41,7 +41,11 @@ __all__ = ["LaunchPlan", "plan_launch", "up"]
 
 
 def up(
-    opts: UpOptions, progress: Progress | None = None, stages: Stages | None = None
+    opts: UpOptions,
+    progress: Progress | None = None,
+    stages: Stages | None = None,
+    *,
+    settings: config.Settings,
 ) -> RunningState:
     """Start the server; return its state once ready (detach) or once it stopped (foreground).
 
@@ -50,10 +54,12 @@ def up(
     """
     say = progress or stderr_progress
     stages = stages or stage_defaults.default_stages()  # looked up per call: tests replace it
-    plan = plan_launch(opts, config.state_dir())
-    root, host = checks_before_start(opts, plan.env, say, stages)
+    plan = plan_launch(opts, settings.state_dir, base_env=settings.environ)
+    root, host = checks_before_start(opts, plan.env, say, stages, settings=settings)
     build_key = (
-        stages.prepare_extension(host, say) if opts.awq_m1 and host.kind == "patched" else None
+        stages.prepare_extension(host, say, settings)
+        if opts.awq_m1 and host.kind == "patched"
+        else None
     )
     for line in plan.replaced:
         say(line)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from qpnserve import config
+from qpnserve.config import Settings
 from qpnserve.errors import UsageError
 from qpnserve.preflight.checks import machine_checks
 from qpnserve.preflight.checks_checkpoint import checkpoint_checks
@@ -42,18 +43,20 @@ def parse_groups(text: str | None) -> set[str]:
 
 def run_preflight(
     model: Path | None,
+    *,
+    settings: Settings,
     tp: int = config.DEFAULT_TP,
     groups: set[str] | None = None,
     awq_m1: bool = True,
     facts_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> PreflightReport:
-    """Probe (or load $QPNSERVE_FACTS_FILE / ``facts_file``) and check.
+    """Probe (or load ``facts_file``, default the settings' $QPNSERVE_FACTS_FILE) and check.
 
     ``groups`` defaults to all three; ``report.ok`` is True when no check of those groups
     FAILed. ``awq_m1=False`` turns the route-only requirements (a route-capable host, no
     host variable that disables the path, the route's checkpoint contract) into warnings.
-    ``environ`` is the environment the environment checks judge (default: this process's);
+    ``environ`` is the environment the environment checks judge (default: the settings');
     `up` passes the server's.
     """
     chosen: set[str] = set(ALL_GROUPS) if groups is None else set(groups)
@@ -62,7 +65,12 @@ def run_preflight(
         raise UsageError(f"unknown check group(s): {', '.join(unknown)}")
     if tp < 1:
         raise UsageError(f"--tp must be >= 1, got {tp}")
-    facts = gather_facts(model, chosen, facts_file=facts_file, environ=environ)
+    facts = gather_facts(
+        model,
+        chosen,
+        facts_file=facts_file or settings.facts_file,
+        environ=settings.environ if environ is None else environ,
+    )
     results = machine_checks(facts, chosen, tp, awq_m1)
     if "checkpoint" in chosen:
         results += checkpoint_checks(facts.checkpoint, tp, awq_m1)

@@ -8,7 +8,6 @@ way: gather -> probes/checkpoint -> facts.
 from __future__ import annotations
 
 import json
-import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,11 +40,9 @@ def load_facts_file(path: Path) -> Facts:
     return facts.model_copy(update={"source": "recorded"})
 
 
-def host_facts(facts_file: Path | None = None) -> HostFacts:
-    """The installed host as `up` will see it: from $QPNSERVE_FACTS_FILE when set (and it
-    records a host), else probed from the installed files."""
-    if facts_file is None and os.environ.get(FACTS_FILE.name):
-        facts_file = Path(os.environ[FACTS_FILE.name])
+def host_facts(facts_file: Path | None) -> HostFacts:
+    """The installed host as `up` will see it: from ``facts_file`` ($QPNSERVE_FACTS_FILE) when
+    set (and it records a host), else probed from the installed files."""
     if facts_file is not None:
         recorded = load_facts_file(facts_file).host
         if recorded is not None:
@@ -56,15 +53,14 @@ def host_facts(facts_file: Path | None = None) -> HostFacts:
 def gather_facts(
     model: Path | None,
     groups: set[str],
-    facts_file: Path | None = None,
-    environ: Mapping[str, str] | None = None,
+    facts_file: Path | None,
+    environ: Mapping[str, str],
 ) -> Facts:
-    """Probe what ``groups`` need, once. With ``facts_file`` (default: $QPNSERVE_FACTS_FILE)
-    the machine facts come from that file; the checkpoint is always probed from ``model``.
-    ``environ``: the environment to judge (default: this process's)."""
-    env = None if environ is None else dict(environ)
-    if facts_file is None and os.environ.get(FACTS_FILE.name):
-        facts_file = Path(os.environ[FACTS_FILE.name])
+    """Probe what ``groups`` need, once. With ``facts_file`` ($QPNSERVE_FACTS_FILE) the machine
+    facts come from that file; the checkpoint is always probed from ``model``. ``environ``: the
+    environment to judge (the server's for `up`, the settings' snapshot for `check`); the GPU
+    and nvcc probes read CUDA_VISIBLE_DEVICES, CUDA_HOME, CUDA_PATH and PATH from it too."""
+    env = dict(environ)
     if facts_file is not None:
         facts = load_facts_file(facts_file)
         # Keep only what the chosen groups use, as a probe would.
@@ -78,10 +74,10 @@ def gather_facts(
     else:
         facts = Facts(hostname=platform.node())
         if "gpu" in groups:
-            facts.gpu = probes.probe_gpu()
+            facts.gpu = probes.probe_gpu(env)
         if "toolchain" in groups:
             facts.torch = probes.probe_torch()
-            facts.nvcc = probes.probe_nvcc()
+            facts.nvcc = probes.probe_nvcc(env)
             facts.host = probes.probe_host()
             facts.env = probes.probe_env(env)
     if "checkpoint" in groups and model is not None:

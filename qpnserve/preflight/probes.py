@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from qpnserve.dispatch.manifest import verify_installed
@@ -34,8 +35,8 @@ _ENV_PREFIXES = ("VLLM_SM70_AWQ_", "VLLM_SM70_MOE_")
 _ENV_NAMES = ("VLLM_PLUGINS", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH")
 
 
-def probe_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ) if environ is None else environ
+def probe_env(environ: Mapping[str, str]) -> dict[str, str]:
+    env = environ
     return {k: v for k, v in sorted(env.items()) if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES)}
 
 
@@ -44,8 +45,8 @@ def _nvml_text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def probe_gpu() -> GpuFacts:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+def probe_gpu(environ: Mapping[str, str]) -> GpuFacts:
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
     try:
         import pynvml
     except ImportError as exc:
@@ -189,10 +190,10 @@ def probe_torch(search_path: list[str] | None = None) -> TorchFacts:
     )
 
 
-def nvcc_candidates(environ: dict[str, str] | None = None) -> list[Path]:
+def nvcc_candidates(environ: Mapping[str, str]) -> list[Path]:
     """Where a build finds nvcc, in torch.utils.cpp_extension's order: $CUDA_HOME, $CUDA_PATH,
     PATH, /usr/local/cuda."""
-    env = dict(os.environ) if environ is None else environ
+    env = environ
     out: list[Path] = []
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if env.get(var):
@@ -210,8 +211,8 @@ def parse_nvcc_version(text: str) -> str | None:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def probe_nvcc() -> NvccFacts:
-    for candidate in nvcc_candidates():
+def probe_nvcc(environ: Mapping[str, str]) -> NvccFacts:
+    for candidate in nvcc_candidates(environ):
         if not (candidate.is_file() and os.access(candidate, os.X_OK)):
             continue
         try:

@@ -8,6 +8,7 @@ can mistake it for a real build.
 
 from __future__ import annotations
 
+from qpnserve.config import Settings
 from qpnserve.lifecycle import stages
 from qpnserve.lifecycle.options import Progress
 from qpnserve.lifecycle.stages import HostSummary, Stages, run_preflight_stage
@@ -15,7 +16,7 @@ from qpnserve.lifecycle.stages import HostSummary, Stages, run_preflight_stage
 TEST_BUILD_KEY = "test-no-build"
 
 
-def no_build(host: HostSummary, progress: Progress) -> str:
+def no_build(host: HostSummary, progress: Progress, settings: Settings) -> str:
     progress(f"extension: not built ({TEST_BUILD_KEY}: lifecycle test, no CUDA)")
     return TEST_BUILD_KEY
 

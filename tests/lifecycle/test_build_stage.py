@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from qpnserve import config
+from qpnserve.config import load_settings
 from qpnserve.errors import BuildError
 from qpnserve.kernels import build, toolchain
 from qpnserve.lifecycle.stages import HostSummary, prepare_extension_stage
@@ -21,7 +22,10 @@ def test_up_build_stage_honours_qpnserve_build_arch(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(build, "build", fake_build)
     monkeypatch.setenv(config.BUILD_ARCH.name, "7.0")
-    assert prepare_extension_stage(HostSummary("patched", "1.3.0"), lambda _: None) == "k"
+    assert (
+        prepare_extension_stage(HostSummary("patched", "1.3.0"), lambda _: None, load_settings())
+        == "k"
+    )
     assert seen["arch_list"] == "7.0"
 
 
@@ -32,6 +36,6 @@ def test_no_visible_gpu_hint_names_what_up_reads(
     monkeypatch.setenv(config.BUILD_DIR.name, str(tmp_path))
     monkeypatch.setattr(toolchain, "local_arch_list", lambda: ())
     with pytest.raises(BuildError) as info:
-        build.build()
+        build.build(build_dir=tmp_path)
     assert "no CUDA GPU is visible" in info.value.message
     assert f"{config.BUILD_ARCH.name}=7.0" in (info.value.hint or "")
