@@ -67,11 +67,11 @@ def observe_native(host: HostInfo, report_dir: Path) -> tuple[str, bool]:
     """Install the observer: ("observe", newly installed), or ("none", False) after one
     warning line when anything on the way fails."""
     try:
-        cls = native_host_class(host.package_dir)
+        cls = native_host_class(host.installed_dir)
         recorder = ObservingRecorder(
             route_flag="1",
             host_kind="native",
-            host_version=host.version,
+            host_version=host.version or "unknown",
             patch_id=None,
             build_key=None,
             report_dir=report_dir,

@@ -108,8 +108,8 @@ def activate(
     manifest = manifest or load_manifest()
     target = manifest.target
     report_dir = rank_report_dir(settings)
-    build = verify_installed(host.package_dir, host.version, manifest, host.dist_name)
-    cls = import_host_class(target, host.package_dir)
+    build = verify_installed(host.installed_dir, host.version, manifest, host.dist_name)
+    cls = import_host_class(target, host.installed_dir)
     if applied_mode(cls) is not None:  # a second register() in this process: nothing to do
         return Activation("patched", host.version, "patched", False, None, None)
     check_signatures(cls, target)

@@ -16,9 +16,10 @@ from pydantic import ValidationError
 
 from qpnserve.config import FACTS_FILE
 from qpnserve.errors import UsageError
+from qpnserve.host import HostInfo
 from qpnserve.preflight import probes
 from qpnserve.preflight.checkpoint import probe_checkpoint
-from qpnserve.preflight.facts import Facts, HostFacts
+from qpnserve.preflight.facts import Facts
 
 
 def load_facts_file(path: Path) -> Facts:
@@ -40,7 +41,7 @@ def load_facts_file(path: Path) -> Facts:
     return facts.model_copy(update={"source": "recorded"})
 
 
-def host_facts(facts_file: Path | None) -> HostFacts:
+def host_facts(facts_file: Path | None) -> HostInfo:
     """The installed host as `up` will see it: from ``facts_file`` ($QPNSERVE_FACTS_FILE) when
     set (and it records a host), else probed from the installed files."""
     if facts_file is not None:

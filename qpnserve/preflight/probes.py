@@ -24,8 +24,8 @@ from pathlib import Path
 
 from qpnserve.dispatch.manifest import verify_installed
 from qpnserve.errors import QpnError
-from qpnserve.host import detect_host
-from qpnserve.preflight.facts import GpuDevice, GpuFacts, HostFacts, NvccFacts, TorchFacts
+from qpnserve.host import HostInfo, detect_host
+from qpnserve.preflight.facts import GpuDevice, GpuFacts, NvccFacts, TorchFacts
 from qpnserve.preflight.fatbin import fatbin_archs
 
 NVCC_TIMEOUT_S = 20.0
@@ -233,7 +233,9 @@ def probe_nvcc(environ: Mapping[str, str]) -> NvccFacts:
     )
 
 
-def _patch_status(package_dir: Path, version: str, dist_name: str) -> tuple[str | None, str | None]:
+def _patch_status(
+    package_dir: Path, version: str, dist_name: str | None
+) -> tuple[str | None, str | None]:
     """(validated build, None) when the dispatch patch's drift check accepts the installed
     host source, else (None, why): the plugin's own check, run from files before any launch."""
     try:
@@ -243,23 +245,13 @@ def _patch_status(package_dir: Path, version: str, dist_name: str) -> tuple[str 
     return f"{build.distribution} {build.version}", None
 
 
-def probe_host(search_path: list[str] | None = None) -> HostFacts:
+def probe_host(search_path: list[str] | None = None) -> HostInfo:
+    """The installed host with the patch verdict of a patchable one (found=False: none)."""
     host = detect_host(search_path)
     if host is None:
-        return HostFacts(found=False)
-    validated = error = None
-    if host.kind == "patched":
-        validated, error = _patch_status(host.package_dir, host.version, host.dist_name)
-    return HostFacts(
-        patch_validated=validated,
-        patch_error=error,
-        found=True,
-        dist_name=host.dist_name,
-        version=host.version,
-        kind=host.kind,
-        package_dir=str(host.package_dir),
-        has_route_flag=host.has_route_flag,
-        has_native_op=host.has_native_op,
-        has_hook_method=host.has_hook_method,
-        has_sm70_method=host.has_sm70_method,
-    )
+        return HostInfo(found=False)
+    if host.kind != "patched":
+        return host
+    version = host.version or "unknown"
+    validated, error = _patch_status(host.installed_dir, version, host.dist_name)
+    return host.model_copy(update={"patch_validated": validated, "patch_error": error})
