@@ -29,6 +29,7 @@ from another terminal while `up` waits.
 
 from __future__ import annotations
 
+from qpnserve.host import HostInfo
 from qpnserve.lifecycle.control import (
     DownResult,
     StatusReport,
@@ -42,13 +43,13 @@ from qpnserve.lifecycle.options import Progress, UpOptions, resolve_up_options, 
 from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
 from qpnserve.lifecycle.preview import DryRun, PlanView, dry_run
 from qpnserve.lifecycle.rollback import RollbackResult, rollback
-from qpnserve.lifecycle.stages import HostSummary, Stages, default_stages
+from qpnserve.lifecycle.stages import Stages, default_stages
 from qpnserve.lifecycle.up import up
 
 __all__ = [
     "DownResult",
     "DryRun",
-    "HostSummary",
+    "HostInfo",
     "LaunchPlan",
     "PlanView",
     "Progress",

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from qpnserve.config import Settings
 from qpnserve.errors import ConflictError, PreflightError
+from qpnserve.host import HostInfo
 from qpnserve.lifecycle.launch import port_holder, port_in_use
 from qpnserve.lifecycle.options import Progress, UpOptions, validate
 from qpnserve.lifecycle.procs import gpu_compute_processes, group_members, is_alive
-from qpnserve.lifecycle.stages import HostSummary, Stages
+from qpnserve.lifecycle.stages import Stages
 from qpnserve.state import clear_running, ensure_state_dir, locked, read_running
 
 
@@ -24,7 +25,7 @@ def checks_before_start(
     dry_run: bool = False,
     *,
     settings: Settings,
-) -> tuple[Path, HostSummary]:
+) -> tuple[Path, HostInfo]:
     """`up`'s checks before anything starts; the preflight judges ``server_env``."""
     validate(opts)
     root = ensure_state_dir(settings.state_dir)

@@ -13,17 +13,8 @@ from dataclasses import dataclass
 
 from qpnserve import config
 from qpnserve.errors import PreflightError
+from qpnserve.host import HostInfo
 from qpnserve.lifecycle.options import Progress, UpOptions
-from qpnserve.state import HostKind
-
-
-@dataclass(frozen=True)
-class HostSummary:
-    """What `up` records about the host: its kind and version, from the preflight's facts
-    (probed, or recorded in $QPNSERVE_FACTS_FILE), so `up` decides on what `check` saw."""
-
-    kind: HostKind
-    version: str | None
 
 
 @dataclass
@@ -31,17 +22,18 @@ class Stages:
     """The stages before the start.
 
     ``preflight(opts, server_env, progress, settings)`` raises PreflightError on any FAIL and
-    returns the host it saw; ``prepare_extension(host, progress, settings)`` returns the
-    extension's build key.
+    returns the host it saw (from the preflight's facts, probed or recorded in
+    $QPNSERVE_FACTS_FILE, so `up` decides on what `check` saw);
+    ``prepare_extension(host, progress, settings)`` returns the extension's build key.
     """
 
-    preflight: Callable[[UpOptions, Mapping[str, str], Progress, config.Settings], HostSummary]
-    prepare_extension: Callable[[HostSummary, Progress, config.Settings], str]
+    preflight: Callable[[UpOptions, Mapping[str, str], Progress, config.Settings], HostInfo]
+    prepare_extension: Callable[[HostInfo, Progress, config.Settings], str]
 
 
 def run_preflight_stage(
     opts: UpOptions, server_env: Mapping[str, str], progress: Progress, settings: config.Settings
-) -> HostSummary:
+) -> HostInfo:
     """`qpnserve check` for this start: any FAIL stops `up` (the route adds its own checks).
 
     The environment checks judge ``server_env``, the environment the server will get (`up`
@@ -67,14 +59,10 @@ def run_preflight_stage(
             report=report,
         )
     host = report.facts.host
-    if host is None or not host.found:
-        return HostSummary(kind="none", version=None)
-    return HostSummary(kind=host.kind, version=host.version)
+    return host if host is not None and host.found else HostInfo(found=False)
 
 
-def prepare_extension_stage(
-    host: HostSummary, progress: Progress, settings: config.Settings
-) -> str:
+def prepare_extension_stage(host: HostInfo, progress: Progress, settings: config.Settings) -> str:
     """Build the operator for $QPNSERVE_BUILD_ARCH (else the visible GPUs), or reuse the cached
     build with the same key; the plugin in every worker loads that build (it never compiles)."""
     from qpnserve.kernels.build import build

@@ -9,8 +9,9 @@ import pytest
 from qpnserve import config
 from qpnserve.config import load_settings
 from qpnserve.errors import BuildError
+from qpnserve.host import HostInfo
 from qpnserve.kernels import build, toolchain
-from qpnserve.lifecycle.stages import HostSummary, prepare_extension_stage
+from qpnserve.lifecycle.stages import prepare_extension_stage
 
 
 def test_up_build_stage_honours_qpnserve_build_arch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -23,7 +24,9 @@ def test_up_build_stage_honours_qpnserve_build_arch(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(build, "build", fake_build)
     monkeypatch.setenv(config.BUILD_ARCH.name, "7.0")
     assert (
-        prepare_extension_stage(HostSummary("patched", "1.3.0"), lambda _: None, load_settings())
+        prepare_extension_stage(
+            HostInfo(found=True, kind="patched", version="1.3.0"), lambda _: None, load_settings()
+        )
         == "k"
     )
     assert seen["arch_list"] == "7.0"
