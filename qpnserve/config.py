@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,18 @@ ROUTE_FLAG = EnvVar(
     "VLLM_SM70_AWQ_QWEN38_QPN_M1",
     "the AWQ M1 route: '1' on (fail closed), '0' or unset off; any other value is an error",
 )
+# The route is one bool, named ``awq_m1`` from the CLI (--awq-m1) through the options and the
+# desired state; the environment, the running state and the route reports write it as the flag's
+# value. dispatch/flag.py's parse_route_flag is the one validator of a value read back.
+RouteFlagValue = Literal["0", "1"]
+ROUTE_FLAG_VALUES: tuple[RouteFlagValue, ...] = ("0", "1")
+
+
+def route_flag_value(awq_m1: bool) -> RouteFlagValue:
+    """The flag's value for the route on (``awq_m1``) or off."""
+    return "1" if awq_m1 else "0"
+
+
 # vLLM's allow-list of general plugins: comma-separated names, no whitespace trimming, empty = none.
 VLLM_PLUGINS = EnvVar("VLLM_PLUGINS", "vLLM's comma-separated allow-list of general plugins")
 STATE_DIR = EnvVar(

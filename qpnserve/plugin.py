@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from qpnserve.config import Settings, load_settings
+from qpnserve.config import ROUTE_FLAG_VALUES, Settings, load_settings
 from qpnserve.dispatch.flag import parse_route_flag
 from qpnserve.errors import QpnError
 
@@ -52,7 +52,7 @@ def _record_refusal(settings: Settings, exc: QpnError) -> None:
 
         raw_flag = settings.route_flag
         refusal = RouteRefusal(
-            route_flag=repr(raw_flag) if raw_flag not in ("0", "1") else raw_flag,
+            route_flag=raw_flag if raw_flag in ROUTE_FLAG_VALUES else repr(raw_flag),
             process=multiprocessing.current_process().name,
             pid=os.getpid(),
             reason=exc.message,

@@ -25,6 +25,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from qpnserve import config
+from qpnserve.config import RouteFlagValue
 from qpnserve.errors import ConflictError, StateError
 from qpnserve.fsutil import atomic_write_text
 from qpnserve.host import HostKind
@@ -74,7 +75,7 @@ class RunningState(BaseModel):
     argv: list[str]
     env: dict[str, str | None]  # only the variables that decide the route; None = unset
     cwd: str
-    route_flag: Literal["0", "1"]
+    route_flag: RouteFlagValue  # awq_m1 as the server's environment had it
     include_plugin: bool
     host_kind: HostKind
     host_version: str | None = None
@@ -94,6 +95,11 @@ class RunningState(BaseModel):
     @property
     def base_url(self) -> str:
         return f"http://{client_host(self.host)}:{self.port}"
+
+    @property
+    def awq_m1(self) -> bool:
+        """The route this server was started with (its ``route_flag``)."""
+        return self.route_flag == config.route_flag_value(True)
 
 
 def client_host(host: str) -> str:

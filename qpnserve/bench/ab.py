@@ -92,7 +92,7 @@ def _found_options(found: StatusReport, base: UpOptions) -> UpOptions | None:
     return dataclasses.replace(
         base,
         model=Path(desired.model if desired and desired.model else running.model),
-        awq_m1=desired.awq_m1 if desired else running.route_flag == "1",
+        awq_m1=desired.awq_m1 if desired else running.awq_m1,
         include_plugin=desired.include_plugin if desired else running.include_plugin,
         tp=desired.tp if desired else running.tp,
         host=desired.host if desired else running.host,
@@ -120,12 +120,12 @@ def run_ab(opts: AbOptions, progress: Progress, hooks: AbHooks) -> AbResult:
     reports: dict[str, BenchReport] = {}
     running_arm: UpOptions | None = None
     try:
-        for label, route_on in ARMS:
-            arm = dataclasses.replace(opts.up, awq_m1=route_on, detach=True)
+        for label, awq_m1 in ARMS:
+            arm = dataclasses.replace(opts.up, awq_m1=awq_m1, detach=True)
             if running_arm is not None:
                 hooks.down(opts.up.stop_timeout_s)
                 running_arm = None
-            progress(f"{label}: starting the server with the route {'on' if route_on else 'off'}")
+            progress(f"{label}: starting the server with the route {'on' if awq_m1 else 'off'}")
             state = hooks.up(arm)
             running_arm = arm
             smoke_opts = dataclasses.replace(

@@ -23,9 +23,9 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from qpnserve.config import Settings
+from qpnserve.config import RouteFlagValue, Settings
 from qpnserve.host import HostKind
 from qpnserve.route_report import CapturedGraph, LayerDecision, RouteReport, write_report
 
@@ -69,14 +69,14 @@ class RouteRecorder:
     def __init__(
         self,
         *,
-        route_flag: Literal["0", "1"],
+        route_flag: RouteFlagValue,
         host_kind: HostKind,
         host_version: str,
         patch_id: str | None,
         build_key: str | None,
         report_dir: Path,
     ) -> None:
-        self.route_flag: Literal["0", "1"] = route_flag
+        self.route_flag: RouteFlagValue = route_flag
         self.host_kind: HostKind = host_kind
         self.host_version = host_version
         self.patch_id = patch_id

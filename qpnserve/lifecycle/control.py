@@ -166,7 +166,7 @@ def status(probe_timeout_s: float = 2.0, *, settings: config.Settings) -> Status
 def _route_text(running: RunningState | None, route: RouteSummary | None) -> str | None:
     if running is None or route is None:
         return None
-    if running.route_flag == "0" and not route.ranks:
+    if not running.awq_m1 and not route.ranks:
         return f"off ({config.ROUTE_FLAG.name}=0: the plugin stays idle and writes no report)"
     return route.text
 
@@ -192,7 +192,7 @@ def restart_decision(
     if desired is None or phase == "stopping":
         return False, []
     reasons = []
-    running_on = running.route_flag == "1"
+    running_on = running.awq_m1
     if desired.awq_m1 != running_on:
         reasons.append(
             f"route: running {'on' if running_on else 'off'}, desired "

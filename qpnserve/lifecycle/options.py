@@ -83,11 +83,11 @@ def options_from_desired(
         raise UsageError(
             "--model is required", hint=f"pass --model PATH or set {config.MODEL.name}"
         )
-    route_on = awq_m1 if awq_m1 is not None else (desired.awq_m1 if desired else True)
+    chosen = awq_m1 if awq_m1 is not None else (desired.awq_m1 if desired else True)
     # An explicit --awq-m1 brings the plugin back after `rollback --unpatch`.
     include_plugin = True if awq_m1 else (desired.include_plugin if desired else True)
-    opts = UpOptions(model=model, awq_m1=route_on, include_plugin=include_plugin, **fields)
+    opts = UpOptions(model=model, awq_m1=chosen, include_plugin=include_plugin, **fields)
     note = None
     if awq_m1 is None and desired is not None:
-        note = f"route: {'on' if route_on else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
+        note = f"route: {'on' if chosen else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
     return opts, note

@@ -49,7 +49,7 @@ def plan_launch(
     reports = report_dir(root)
     env = build_env(
         base_env,
-        route_on=opts.awq_m1,
+        awq_m1=opts.awq_m1,
         include_plugin=opts.include_plugin,
         report_dir=reports,
         installed_plugins=(
@@ -99,7 +99,7 @@ def starting_state(
         argv=plan.argv,
         env=plan.recorded_env,
         cwd=str(plan.cwd),
-        route_flag="1" if opts.awq_m1 else "0",
+        route_flag=config.route_flag_value(opts.awq_m1),
         include_plugin=opts.include_plugin,
         host_kind=host_kind,
         host_version=host_version,

@@ -69,7 +69,7 @@ def check_conflicts(root: Path, opts: UpOptions, say: Progress, dry_run: bool = 
             raise ConflictError(
                 f"a server started by qpnserve is already running: pid {running.pid}, since "
                 f"{running.started_at:%Y-%m-%d %H:%M:%S} UTC, route "
-                f"{'on' if running.route_flag == '1' else 'off'}, {running.base_url}{what}",
+                f"{'on' if running.awq_m1 else 'off'}, {running.base_url}{what}",
                 hint="`qpnserve status` shows it, `qpnserve down` stops it, "
                 "`qpnserve rollback --restart` restarts it without the route",
             )

@@ -81,7 +81,7 @@ def rollback(
         desired=after,
         changed=changed,
         running_pid=running.pid if alive and running else None,
-        running_route_on=(running.route_flag == "1") if alive and running else None,
+        running_route_on=running.awq_m1 if alive and running else None,
         restart_needed=needed,
         restart_command=restart_command(after) if needed else None,
     )
@@ -99,7 +99,7 @@ def rollback(
             "restart needed: no"
         )
         return _emit(result, say)
-    if running.route_flag == "1":
+    if running.awq_m1:
         result.notes.append(
             f"the running server (pid {running.pid}, {running.base_url}) keeps the AWQ M1 route "
             f"until it restarts: {GRAPHS_REASON}"
@@ -142,7 +142,7 @@ def _desired_from_running(running: RunningState | None) -> DesiredState:
     if running is None:
         return DesiredState(awq_m1=False)
     return DesiredState(
-        awq_m1=running.route_flag == "1",
+        awq_m1=running.awq_m1,
         include_plugin=running.include_plugin,
         model=running.model,
         served_model_name=running.served_model_name,
