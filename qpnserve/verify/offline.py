@@ -28,12 +28,13 @@ from qpnserve.verify.report import SampleResult, VerifyReport
 
 Progress = Callable[[str], None]
 EXPERT_BYTES = 3 * (2560 * 80 * 4 + 80 * 80 * 4 + 80 * 640 * 2)  # one expert's nine tensors
-# Seconds per unit, measured on one shared x86 core (CPU implementation); a GPU runs the op in
-# microseconds, so there the reference and the preparation (CPU, numpy) dominate.
-_S_PER_EXPERT_READ = 0.15
-_S_PER_EXPERT_SHARE = 0.05  # per rank and metadata format: repack one expert's share
-_S_PER_REFERENCE = 0.9  # one (layer, prefix) sample on all four ranks
-_S_PER_CPU_OP = 0.25
+# Seconds per unit, measured on a shared x86 CPU VM (CPU implementation, numpy reference); a GPU
+# runs the op in microseconds, so there the reference and the preparation (CPU) dominate.
+_S_PER_EXPERT_READ = 0.05
+_S_PER_SHARE = 0.02  # one expert's share on one rank: undo AWQ packing, slice, interleave
+_S_PER_BANK_WRITE = 0.02  # pack one share in one metadata format and copy it into the banks
+_S_PER_REFERENCE = 1.0  # one (layer, prefix) sample on all four ranks
+_S_PER_CPU_OP = 0.15
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class OfflinePlan:
         experts = self.num_experts()
         seconds = (
             experts * _S_PER_EXPERT_READ
-            + experts * len(self.ranks) * len(self.meta_formats) * _S_PER_EXPERT_SHARE
+            + experts * len(self.ranks) * _S_PER_SHARE
+            + experts * len(self.ranks) * len(self.meta_formats) * _S_PER_BANK_WRITE
             + len(self.layers) * len(self.prefixes) * _S_PER_REFERENCE
             + (0 if on_gpu else self.num_samples * _S_PER_CPU_OP)
         )
