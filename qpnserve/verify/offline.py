@@ -129,9 +129,10 @@ def _run_op(
     return out.cpu().numpy().astype(np.float64), inter.cpu().numpy().astype(np.float64)
 
 
-def _judge(
-    layer: int, prefix: int, rank: int, fmt: str, out: Any, inter: Any, ref: Any
+def judge(
+    layer: int, prefix: int, rank: int, arm: str, fmt: str, out: Any, inter: Any, ref: Any
 ) -> SampleResult:
+    """One sample's result: out (2560,) and inter (10, 160) against the rank's reference."""
     w13 = bounds.w13_use(inter, ref.h)
     w2 = bounds.w2_use(out.reshape(-1), ref.out)
     within = w13.within and w2.within
@@ -146,7 +147,7 @@ def _judge(
         layer=layer,
         prefix=prefix,
         rank=rank,
-        arm="route",
+        arm=arm,
         meta_format=fmt,
         status="within" if within else "outside",
         w13_fraction=w13.fraction,
@@ -195,7 +196,7 @@ def run_offline(plan: OfflinePlan, progress: Progress) -> VerifyReport:
                         )
                     else:
                         out, inter = _run_op(banks[fmt], s, device, plan.op_path)
-                        result = _judge(layer, s.prefix, rank, fmt, out, inter, ref)
+                        result = judge(layer, s.prefix, rank, "route", fmt, out, inter, ref)
                     report.samples.append(result)
                 banks[fmt].clear()
         done = [r for r in report.samples if r.layer == layer]
