@@ -2,7 +2,8 @@
 
 Exit codes: 0 every sample within the contract's bounds; 7 a sample outside them (the worst
 layer and sample named); 1 nothing (or not everything) was examined, the checkpoint could not be
-read, or (live mode) the host has no route; 2 bad options; 3 no operator build to run.
+read, or (live mode) the host has no route; 2 bad options; 3 no operator build to run; live
+mode also 4 and 5 as `up` (a server already running, a server that did not start).
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def verify(
         help="Offline self-test: prepare the last selected layer's banks wrongly on purpose "
         "(gate-up-concat or zero-point-off-by-one); verify must exit 7 naming that layer.",
     ),
+    host: str = typer.Option("127.0.0.1", "--host", envvar=config.HOST.name, help="Live mode."),
+    port: int = typer.Option(8000, "--port", envvar=config.PORT.name, help="Live mode."),
+    timeout_s: float = typer.Option(
+        1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Live: readiness deadline."
+    ),
+    server_module: str = typer.Option(
+        config.DEFAULT_SERVER_MODULE,
+        "--server-module",
+        envvar=config.SERVER_MODULE.name,
+        help="Live: Python module run as the server (tests point it at a stand-in).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Compare the route's output, per MoE layer, TP rank and prefix, with an FP64 reference
@@ -55,15 +67,21 @@ def verify(
     try:
         if model is None:
             raise UsageError("missing --model", hint="qpnserve verify --offline --model DIR")
-        if not offline:
-            from qpnserve.verify.live import refuse_live
+        if offline:
+            from qpnserve.verify.offline import default_plan, run_offline
 
-            refuse_live(model, layers=layers, prefixes=prefixes, progress=message)
-            return
-        from qpnserve.verify.offline import default_plan, run_offline
+            plan = default_plan(model, layers, prefixes, meta_format, fault, device)
+            report = run_offline(plan, progress=message)
+        else:
+            from qpnserve.verify.live_run import run_live
 
-        plan = default_plan(model, layers, prefixes, meta_format, fault, device)
-        report = run_offline(plan, progress=message)
+            up_fields = {
+                "host": host,
+                "port": port,
+                "timeout_s": timeout_s,
+                "server_module": server_module,
+            }
+            report = run_live(model, layers, prefixes, up_fields, progress=message)
     except QpnError as exc:
         if as_json:  # one JSON document on stdout, failures included
             emit_json(

@@ -1,26 +1,21 @@
 """`verify` without --offline: the route on the server's real MoE inputs, against the reference.
 
-Two halves. ``compare_captures`` (here, tested): every capture the ranks' plugins wrote
+The comparison half (the server half is live_run.py): every capture the ranks' plugins wrote
 (qpnserve/dispatch/capture.py) becomes a sample, compared with the FP64 reference decoded from
 the checkpoint's export for that rank, per arm (``route``; ``legacy``, the host's own route, on
 a patched host); a (layer, prefix, rank, arm) that was expected but never captured is refused
-("not captured"), never passed. ``refuse_live``: what the CLI does today, since the server half
-(start eagerly with the capture directory set, arm and send the three prompts, stop) is not in
-this build: a host without the route is exit 1 with the reason, a host with it exit 1 pointing
-at --offline.
+("not captured"), never passed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from qpnserve.geometry import HIDDEN, TOP_K
-from qpnserve.host import detect_host
 from qpnserve.verify.export import Checkpoint, VerifyError
 from qpnserve.verify.offline import judge
 from qpnserve.verify.reference import reference
@@ -98,26 +93,3 @@ def compare_captures(directory: Path, report: VerifyReport, arms: list[str]) -> 
                         judge(layer, prefix, rank, arm, c.meta_format, c.out, c.intermediate, ref)
                     )
     return report
-
-
-def refuse_live(
-    model: Path, *, layers: str | None, prefixes: str | None, progress: Callable[[str], None]
-) -> None:
-    host = detect_host()
-    if host is None:
-        raise VerifyError(
-            "live verify needs a vLLM host, and none is installed here",
-            hint="`qpnserve verify --offline --model DIR` needs no server",
-        )
-    if host.kind == "none":
-        raise VerifyError(
-            f"live verify: the host {host.label} has no AWQ M1 route (neither a native op nor "
-            "the patched host's hook), so there is nothing to verify",
-            hint="install 1Cat-vLLM or ReVolta; `qpnserve verify --offline` needs no server",
-        )
-    raise VerifyError(
-        f"live verify on {host.label} ({host.kind} host) is not available in this build: "
-        "nothing was examined",
-        hint="run `qpnserve verify --offline --model DIR` (the operator on banks prepared by "
-        "qpnserve, against the FP64 reference decoded from the checkpoint)",
-    )
