@@ -1,13 +1,25 @@
-"""Live `verify` end to end against the stand-in server (tests/support/fake_host.py, NOT vLLM):
-it starts the server eagerly with the route on, sends the prompts, stops it, restores the
-desired state, and, since the stand-in's workers run no MoE layer, reports that nothing was
-examined (exit 1), never a pass. The numerics of the capture are tested in process
-(test_live_capture.py); upstream vLLM (no route) is refused before anything starts."""
+"""Live `verify` end to end: `verify` starts the server eagerly with the route on, arms and
+sends the prompts, stops it and restores the desired state.
+
+- Against the lifecycle stand-in (tests/support/fake_host.py, NOT vLLM), whose workers run no
+  MoE layer: "nothing examined", exit 1, never a pass.
+- Against the live-verify stand-in (tests/verify/standin_server.py, NOT vLLM), whose workers run
+  the real plugin on the stand-in host class with the operator's CPU build: every (layer,
+  prefix, rank, arm) captured and within the bounds (exit 0), and a broken bank preparation in
+  one layer exits 7 naming that layer.
+- A native host is refused before anything starts. Upstream vLLM (no route) is refused in
+  test_cli_offline.py.
+"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
+import pytest
+
+from qpnserve import config
 from qpnserve.state import DesiredState, read_desired, read_running, write_desired
 from tests.lifecycle.conftest import Env, checkpoint, cli, env, server_processes  # noqa: F401
 
@@ -48,3 +60,43 @@ def test_live_verify_refuses_a_native_host_before_starting(
     assert result.exit_code == 1
     assert "native host (revolta 0.1.4) is not in this build" in result.stderr
     assert read_running(env.state) is None
+
+
+@pytest.fixture
+def live_env(
+    env: Env,  # noqa: F811
+    cpu_extension: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Env:
+    """The lifecycle stand-in's environment, with the live-verify stand-in server (the real
+    plugin on the stand-in host class in every worker) and the CPU build of the operator."""
+    monkeypatch.setenv(config.SERVER_MODULE.name, "tests.verify.standin_server")
+    monkeypatch.setenv(config.BUILD_DIR.name, str(cpu_extension.path.parent.parent))
+    monkeypatch.setenv(config.UP_TIMEOUT.name, "180")
+    monkeypatch.delenv("VERIFY_STANDIN_BREAK", raising=False)
+    return env
+
+
+def test_live_verify_end_to_end_passes_on_both_arms(live_env: Env, seeded_checkpoint: Path) -> None:
+    result = cli("verify", "--model", str(seeded_checkpoint), "--prefixes", "0,2", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    # 2 layers x 2 prefixes x 4 ranks x 2 arms, every one captured from the server's workers
+    assert doc["counts"] == {"samples": 32, "within": 32, "outside": 0, "refused": 0}
+    assert set(doc["arms"]) == {"route", "legacy"}
+    assert server_processes(live_env.state / "run") == {}
+    assert read_running(live_env.state) is None
+
+
+def test_live_verify_end_to_end_broken_preparation_exits_7_naming_the_layer(
+    live_env: Env, seeded_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERIFY_STANDIN_BREAK", "1:zero-point-off-by-one")
+    result = cli("verify", "--model", str(seeded_checkpoint), "--prefixes", "1", "--json")
+    assert result.exit_code == 7, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["worst"]["layer"] == 1
+    assert {s["status"] for s in doc["samples"] if s["layer"] == 0} == {"within"}
+    assert {s["status"] for s in doc["samples"] if s["layer"] == 1} == {"outside"}
+    assert "worst layer 1" in result.stderr
+    assert server_processes(live_env.state / "run") == {}
