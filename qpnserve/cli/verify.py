@@ -46,8 +46,10 @@ def verify(
         help="Offline self-test: prepare the last selected layer's banks wrongly on purpose "
         "(gate-up-concat or zero-point-off-by-one); verify must exit 7 naming that layer.",
     ),
-    host: str = typer.Option("127.0.0.1", "--host", envvar=config.HOST.name, help="Live mode."),
-    port: int = typer.Option(8000, "--port", envvar=config.PORT.name, help="Live mode."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", envvar=config.HOST.name, help="Live: the address the server binds."
+    ),
+    port: int = typer.Option(8000, "--port", envvar=config.PORT.name, help="Live: its port."),
     timeout_s: float = typer.Option(
         1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Live: readiness deadline."
     ),
@@ -73,6 +75,11 @@ def verify(
             plan = default_plan(model, layers, prefixes, meta_format, fault, device)
             report = run_offline(plan, progress=message)
         else:
+            offline_only = {"--break": fault, "--meta-format": meta_format != "both"}
+            offline_only["--device"] = device != "auto"
+            given = [name for name, value in offline_only.items() if value]
+            if given:
+                raise UsageError(f"{', '.join(given)} only apply with --offline")
             from qpnserve.verify.live_run import run_live
 
             up_fields = {

@@ -104,3 +104,9 @@ def test_verify_live_on_a_host_without_the_route_exits_1() -> None:
     assert result.exit_code == 1
     assert "has no AWQ M1 route" in result.stderr
     assert json.loads(result.stdout)["exit_code"] == 1
+
+
+def test_verify_offline_options_are_refused_in_live_mode() -> None:
+    result = runner.invoke(app, ["verify", "--model", "/x", "--break", "gate-up-concat"])
+    assert result.exit_code == 2
+    assert "--break only apply with --offline" in result.stderr
