@@ -59,6 +59,11 @@ def verify(
         envvar=config.SERVER_MODULE.name,
         help="Live: Python module run as the server (tests point it at a stand-in).",
     ),
+    quality: bool = typer.Option(
+        True,
+        "--quality/--no-quality",
+        help="Live: also the quality pair (a second start, route off; same prompts, greedy).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Compare the route's output, per MoE layer, TP rank and prefix, with an FP64 reference
@@ -88,7 +93,7 @@ def verify(
                 "timeout_s": timeout_s,
                 "server_module": server_module,
             }
-            report = run_live(model, layers, prefixes, up_fields, progress=message)
+            report = run_live(model, layers, prefixes, up_fields, message, quality=quality)
     except QpnError as exc:
         if as_json:  # one JSON document on stdout, failures included
             emit_json(

@@ -6,8 +6,10 @@ inside the Qwen3.8 vocabulary and clear of its special tokens; the numerics do n
 their meaning. Each asks for 2 tokens: the first comes from the prefill (many rows, never the
 route), the second from one decode step, the one-token call the capture records.
 
-The server is stopped afterwards whatever happens, and the desired state is restored to what it
-was: verify's eager launch is not what the next plain `up` starts.
+The quality pair (verify/quality.py) starts the server a second time, route off, and sends the
+same prompts greedily, as the route-on server did after its captures. Each server is stopped
+afterwards whatever happens, and the desired state is restored to what it was: verify's eager
+launches are not what the next plain `up` starts.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from qpnserve.geometry import TP_SIZE
 from qpnserve.verify.export import Checkpoint, VerifyError
 from qpnserve.verify.live import compare_captures
 from qpnserve.verify.offline import parse_index_list
+from qpnserve.verify.quality import Stream
+from qpnserve.verify.quality import compare as compare_streams
+from qpnserve.verify.quality import send as send_quality
 from qpnserve.verify.report import VerifyReport
 
 Progress = Callable[[str], None]
@@ -58,9 +63,8 @@ def run_live(
     prefixes: str | None,
     up_fields: dict[str, object],
     progress: Progress,
+    quality: bool = True,
 ) -> VerifyReport:
-    from qpnserve import lifecycle
-    from qpnserve.dispatch.capture import ARMED_FILE
     from qpnserve.preflight.gather import host_facts
     from qpnserve.state import DESIRED_FILE, locked, read_desired, write_desired
 
@@ -84,37 +88,33 @@ def run_live(
     arms = ["route", "legacy"]
     num = len(picked_layers) * len(picked_prefixes) * TP_SIZE * len(arms)
     compare_s = num * _S_PER_SAMPLE + len(picked_layers) * 30 * _S_PER_EXPERT_READ
+    starts = "twice (eager; route on, then off for the quality pair)" if quality else "once"
     cost = (
-        f"starts the server once (eager, route on; its {TP_SIZE} GPUs must be free), sends "
-        f"{len(picked_prefixes)} prompts, stops it, then compares {len(picked_layers)} layers x "
+        f"starts the server {starts}, its {TP_SIZE} GPUs must be free; sends it "
+        f"{len(picked_prefixes)} prompts, stops it; then compares {len(picked_layers)} layers x "
         f"{len(picked_prefixes)} prefixes x {TP_SIZE} ranks x {len(arms)} arms = {num} samples "
-        f"on the CPU: the server's start-up plus about {max(1, math.ceil(compare_s / 60))} min"
+        f"on the CPU: {'two start-ups' if quality else 'one start-up'} plus about "
+        f"{max(1, math.ceil(compare_s / 60))} min"
     )
     progress(f"verify (live): {cost}")
     root = config.state_dir()
     capture_dir = root / "verify" / f"capture-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
     capture_dir.mkdir(parents=True)
     desired_before = read_desired(root) if root.is_dir() else None
-    opts, _ = lifecycle.resolve_up_options(
-        model=model, awq_m1=True, detach=True, extra_args=["--enforce-eager"], **up_fields
-    )
-    saved = os.environ.get(config.VERIFY_CAPTURE_DIR.name)
-    os.environ[config.VERIFY_CAPTURE_DIR.name] = str(capture_dir)  # the server inherits it
+    prompts = [PROMPTS[p] for p in picked_prefixes]
     try:
-        running = lifecycle.up(opts, progress=progress)
-        try:
-            for prefix in picked_prefixes:
-                (capture_dir / ARMED_FILE).write_text(str(prefix))
-                _send(running.base_url, running.served_model_name, PROMPTS[prefix], 600.0)
-                (capture_dir / ARMED_FILE).unlink()
-            progress(f"verify (live): {len(picked_prefixes)} prompts served; stopping the server")
-        finally:
-            lifecycle.down(opts.stop_timeout_s, progress=progress)
+        on_streams = _serve_once(
+            True, up_fields, model, progress, capture=(capture_dir, picked_prefixes),
+            quality_prompts=prompts if quality else [],
+        )  # fmt: skip
+        pair = None
+        if quality:
+            off_streams = _serve_once(
+                False, up_fields, model, progress, capture=None, quality_prompts=prompts
+            )
+            pair = compare_streams(off_streams, on_streams)
+            progress(f"verify (live): {pair.line()}")
     finally:
-        if saved is None:
-            os.environ.pop(config.VERIFY_CAPTURE_DIR.name, None)
-        else:
-            os.environ[config.VERIFY_CAPTURE_DIR.name] = saved
         with locked(root):
             if desired_before is not None:
                 write_desired(root, desired_before)
@@ -131,4 +131,51 @@ def run_live(
         ranks=list(range(TP_SIZE)),
         meta_formats=["as the host prepared them"],
     )
+    report.quality = pair
     return compare_captures(capture_dir, report, arms)
+
+
+def _serve_once(
+    route_on: bool,
+    up_fields: dict[str, object],
+    model: Path,
+    progress: Progress,
+    *,
+    capture: tuple[Path, list[int]] | None,
+    quality_prompts: list[tuple[int, ...]],
+) -> list[Stream]:
+    """Start the server (eager), send the capture prompts (each armed) and the quality prompts,
+    stop it whatever happens; return the quality streams."""
+    from qpnserve import lifecycle
+    from qpnserve.dispatch.capture import ARMED_FILE
+
+    opts, _ = lifecycle.resolve_up_options(
+        model=model, awq_m1=route_on, detach=True, extra_args=["--enforce-eager"], **up_fields
+    )
+    name = config.VERIFY_CAPTURE_DIR.name
+    saved = os.environ.pop(name, None)
+    if capture is not None:
+        os.environ[name] = str(capture[0])  # the server inherits it
+    streams: list[Stream] = []
+    try:
+        running = lifecycle.up(opts, progress=progress)
+        try:
+            if capture is not None:
+                capture_dir, prefixes = capture
+                for prefix in prefixes:
+                    (capture_dir / ARMED_FILE).write_text(str(prefix))
+                    _send(running.base_url, running.served_model_name, PROMPTS[prefix], 600.0)
+                    (capture_dir / ARMED_FILE).unlink()
+                progress(f"verify (live): {len(prefixes)} prompts captured")
+            for prompt in quality_prompts:
+                streams.append(
+                    send_quality(running.base_url, running.served_model_name, prompt, 600.0)
+                )
+        finally:
+            progress(f"verify (live): stopping the route-{'on' if route_on else 'off'} server")
+            lifecycle.down(opts.stop_timeout_s, progress=progress)
+    finally:
+        os.environ.pop(name, None)
+        if saved is not None:
+            os.environ[name] = saved
+    return streams

@@ -68,6 +68,7 @@ class VerifyReport:
     fault: str | None = None  # a deliberate preparation fault, and the layer it was put in
     fault_layer: int | None = None
     samples: list[SampleResult] = field(default_factory=list)
+    quality: Any = None  # live mode: the quality pair (verify.quality.QualityPair), or None
 
     @property
     def examined(self) -> list[SampleResult]:
@@ -162,6 +163,7 @@ class VerifyReport:
             "summary": self.summary(),
             "worst": worst.to_json() if worst else None,
             "exit_code": int(self.exit_code),
+            "quality": self.quality.to_json() if self.quality is not None else None,
             "samples": [s.to_json() for s in self.samples],
         }
 
@@ -213,5 +215,7 @@ def render_table(report: VerifyReport) -> str:
     lines.append(f"banks: {report.banks}")
     if report.fault:
         lines.append(f"deliberate fault: {report.fault} in layer {report.fault_layer}")
+    if report.quality is not None:
+        lines.append(report.quality.line())
     lines.append(report.summary())
     return "\n".join(lines)

@@ -99,6 +99,9 @@ def _worker(rank: int, tp: int, model: Path) -> None:
         method.process_weights_after_loading(layer)
         layers.append((index, method, layer))
     log(f"worker rank {rank} loaded {len(layers)} MoE layers ({fmt} banks)")
+    if not os.environ.get("QPNSERVE_VERIFY_CAPTURE_DIR"):  # the quality pair's route-off start
+        while True:
+            time.sleep(3600)
     capture_dir = Path(os.environ["QPNSERVE_VERIFY_CAPTURE_DIR"])
     done: set[int] = set()
     while True:
@@ -135,7 +138,7 @@ def _fork_worker(rank: int, tp: int, model: Path) -> int:
 
 def _wait_for_workers(app: Any, tp: int) -> Any:
     """ASGI wrapper: a completion is answered once every rank ran the armed prefix's step."""
-    capture_dir = Path(os.environ["QPNSERVE_VERIFY_CAPTURE_DIR"])
+    capture_dir = Path(os.environ.get("QPNSERVE_VERIFY_CAPTURE_DIR") or "/nonexistent")
 
     async def wrapped(scope: Any, receive: Any, send: Any) -> None:
         if scope.get("type") == "http" and scope.get("path") == "/v1/completions":
@@ -172,9 +175,9 @@ def main() -> None:
     def load() -> None:  # ready once every rank's report lists every layer
         from qpnserve.verify.export import Checkpoint
 
-        report_dir = Path(os.environ["QPNSERVE_REPORT_DIR"])
+        report_dir = Path(os.environ.get("QPNSERVE_REPORT_DIR", "."))
         num_layers = len(Checkpoint(args.model).moe_layers)
-        while True:
+        while os.environ.get("VLLM_SM70_AWQ_QWEN38_QPN_M1") == "1":  # route off: no reports
             reports = read_reports(report_dir)
             if len(reports) == tp and all(len(r.layers) == num_layers for r in reports):
                 break

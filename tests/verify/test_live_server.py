@@ -39,8 +39,10 @@ def test_live_verify_on_the_stand_in_examines_nothing_and_leaves_no_server(
     # 1 layer x 2 prefixes x 4 ranks x 2 arms, none captured
     assert doc["counts"] == {"samples": 16, "within": 0, "outside": 0, "refused": 16}
     assert {s["reason"] for s in doc["samples"]} == {"not captured: no admitted one-token call"}
-    assert "starts the server once (eager" in result.stderr  # the cost, said first
-    assert "2 prompts served; stopping the server" in result.stderr
+    assert "starts the server twice" in result.stderr  # the cost, said first
+    assert "2 prompts captured" in result.stderr
+    assert "stopping the route-off server" in result.stderr
+    assert doc["quality"]["prompts"] == 2 and doc["quality"]["identical"] == 2
     assert server_processes(env.state / "run") == {}
     assert read_running(env.state) is None
     after = read_desired(env.state)
@@ -84,6 +86,8 @@ def test_live_verify_end_to_end_passes_on_both_arms(live_env: Env, seeded_checkp
     # 2 layers x 2 prefixes x 4 ranks x 2 arms, every one captured from the server's workers
     assert doc["counts"] == {"samples": 32, "within": 32, "outside": 0, "refused": 0}
     assert set(doc["arms"]) == {"route", "legacy"}
+    # the stand-in's completions do not depend on the route: identical, compared as text
+    assert doc["quality"]["identical"] == 2 and doc["quality"]["with_logprobs"] is False
     assert server_processes(live_env.state / "run") == {}
     assert read_running(live_env.state) is None
 
@@ -92,7 +96,9 @@ def test_live_verify_end_to_end_broken_preparation_exits_7_naming_the_layer(
     live_env: Env, seeded_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VERIFY_STANDIN_BREAK", "1:zero-point-off-by-one")
-    result = cli("verify", "--model", str(seeded_checkpoint), "--prefixes", "1", "--json")
+    result = cli(
+        "verify", "--model", str(seeded_checkpoint), "--prefixes", "1", "--no-quality", "--json"
+    )
     assert result.exit_code == 7, result.stderr
     doc = json.loads(result.stdout)
     assert doc["worst"]["layer"] == 1
