@@ -109,3 +109,17 @@ def test_live_verify_end_to_end_broken_preparation_exits_7_naming_the_layer(
     assert {s["status"] for s in doc["samples"] if s["layer"] == 1} == {"outside"}
     assert "worst layer 1" in result.stderr
     assert server_processes(live_env.state / "run") == {}
+
+
+def test_live_verify_never_stops_a_server_it_did_not_start(env: Env) -> None:  # noqa: F811
+    started = cli("up", "--detach", "--no-awq-m1")
+    assert started.exit_code == 0, started.stderr
+    try:
+        result = cli("verify", "--model", str(env.model), "--no-quality")
+        assert result.exit_code == 4, result.stderr
+        running = read_running(env.state)
+        assert running is not None and server_processes(env.state / "run")  # still serving
+        desired = read_desired(env.state)
+        assert desired is not None and desired.awq_m1 is False  # the user's, restored
+    finally:
+        assert cli("down").exit_code == 0
