@@ -76,7 +76,9 @@ def live_env(
     plugin on the stand-in host class in every worker) and the CPU build of the operator."""
     monkeypatch.setenv(config.SERVER_MODULE.name, "tests.verify.standin_server")
     monkeypatch.setenv(config.BUILD_DIR.name, str(cpu_extension.path.parent.parent))
-    monkeypatch.setenv(config.UP_TIMEOUT.name, "180")
+    monkeypatch.setenv(
+        config.UP_TIMEOUT.name, "900"
+    )  # a deadline on a shared CI box, not a measure
     monkeypatch.delenv("VERIFY_STANDIN_BREAK", raising=False)
     return env
 
