@@ -61,6 +61,9 @@ STATE_DIR = EnvVar(
 REPORT_DIR = EnvVar(
     "QPNSERVE_REPORT_DIR", "where each tensor-parallel rank writes its route report"
 )
+VERIFY_CAPTURE_DIR = EnvVar(
+    "QPNSERVE_VERIFY_CAPTURE_DIR", "set by live `verify`: where each rank captures its MoE calls"
+)
 BUILD_DIR = EnvVar("QPNSERVE_BUILD_DIR", "cache directory of compiled operator extensions")
 # Build scripts for a GPU-less builder pin the target once (7.0 for V100).
 BUILD_ARCH = EnvVar(
@@ -102,6 +105,7 @@ ALL_VARS: tuple[EnvVar, ...] = (
     VLLM_PLUGINS,
     STATE_DIR,
     REPORT_DIR,
+    VERIFY_CAPTURE_DIR,
     BUILD_DIR,
     BUILD_ARCH,
     MODEL,

@@ -34,7 +34,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     "is locked",
     ExitCode.SERVER: "the server died, never became ready, or did not admit the route",
     ExitCode.STATE: "the state directory or one of its files is corrupt or unwritable",
-    ExitCode.CANARY: "a benchmark's output failed the correctness canary",
+    ExitCode.CANARY: "a benchmark's canary or `verify` found output outside the contract",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
 

@@ -70,6 +70,11 @@ def checkpoint(
             f"wrote {variant} checkpoint ({layers} MoE layers) to {out}: "
             f"{apparent / 1e9:.1f} GB apparent, {allocated / 1e6:.0f} MB on disk"
         )
+        if variant == "seeded":
+            from qpnserve.fixtures.checkpoint import SEEDED_LAYERS
+
+            seeded = ",".join(str(i) for i in range(min(SEEDED_LAYERS, layers)))
+            message(f"try: qpnserve verify --offline --model {out} --layers {seeded}")
         typer.echo(str(out))
 
 

@@ -68,6 +68,13 @@ def up(
         envvar=config.SERVER_MODULE.name,
         help="Python module run as the server (tests point it at a stand-in).",
     ),
+    verify_first: bool = typer.Option(
+        False,
+        "--verify",
+        help="With the route on: run `verify --offline` on every MoE layer first and start only "
+        "if it passes; otherwise exit (7: outside the contract) with the route off for the next "
+        "start.",
+    ),
     json_out: bool = _JSON,
 ) -> None:
     """Preflight, build or load the extension, start the server, prove it serves (and that every
@@ -98,6 +105,17 @@ def up(
         if checked.error is not None:
             raise checked.error
         return
+    if verify_first:  # before anything starts: a failure leaves no server by construction
+        from qpnserve.errors import QpnError
+        from qpnserve.verify.gate import verify_before_up
+
+        try:
+            verify_before_up(opts, progress=message)
+        except QpnError as exc:
+            report = getattr(exc, "verify_report", None)
+            if json_out and report is not None:
+                emit_json(report.to_json())
+            raise
     try:
         running = lifecycle.up(opts, progress=message, settings=found)
     except PreflightError as exc:

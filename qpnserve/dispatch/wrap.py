@@ -27,6 +27,7 @@ from typing import Any
 
 from qpnserve.config import ROUTE_FLAG
 from qpnserve.dispatch import graphs
+from qpnserve.dispatch.capture import capture_from_env
 from qpnserve.dispatch.contract import (
     TOP_K,
     admission_failure,
@@ -103,6 +104,7 @@ def install_patched(
         return result
 
     warned: set[str] = set()
+    capture = capture_from_env()  # live `verify` only; None when serving
 
     @functools.wraps(original_hook)
     def _apply_legacy_single_token_compact(
@@ -142,6 +144,9 @@ def install_patched(
                 )
                 if capturing:
                     _note_capture(layer, x, admitted=True)
+                if capture is not None:  # live `verify`: record this call (dispatch/capture.py)
+                    call = (x, topk_weights, topk_ids_i32, buffers, top_k)
+                    capture.after_route(self, layer, call, output, intermediate, original_hook)
                 return output
             # One token that still misses the operator is the silent non-admission the route
             # report cannot show; say so once per distinct reason (never per call).

@@ -1,0 +1,116 @@
+"""`qpnserve verify`: the route's numerics acceptance on the user's own checkpoint.
+
+Exit codes: 0 every sample within the contract's bounds; 7 a sample outside them (the worst
+layer and sample named); 1 nothing (or not everything) was examined, the checkpoint could not be
+read, or (live mode) the host has no route; 2 bad options; 3 no operator build to run; live
+mode also 4 and 5 as `up` (a server already running, a server that did not start).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from qpnserve import config
+from qpnserve.cli.app import app, emit_json, handles_errors, message
+
+
+@app.command()
+@handles_errors
+def verify(
+    model: Path | None = typer.Option(
+        None, "--model", "-m", envvar=config.MODEL.name, help="Checkpoint directory."
+    ),
+    offline: bool = typer.Option(
+        False,
+        "--offline",
+        help="No server: run the operator here (GPU if any, else CPU) on banks prepared from "
+        "the checkpoint, with seeded synthetic activations.",
+    ),
+    layers: str | None = typer.Option(
+        None, "--layers", help="MoE layers to verify, e.g. 0,5,40-47 (default: all)."
+    ),
+    prefixes: str | None = typer.Option(
+        None, "--prefixes", help="Which of the three fixed prefixes (0,1,2; default: all)."
+    ),
+    meta_format: str = typer.Option(
+        "both", "--meta-format", help="Bank metadata format: 4byte, 3byte or both."
+    ),
+    device: str = typer.Option(
+        "auto", "--device", help="Offline: auto (a visible GPU, else CPU), cpu or cuda."
+    ),
+    fault: str | None = typer.Option(
+        None,
+        "--break",
+        help="Offline self-test: prepare the last selected layer's banks wrongly on purpose "
+        "(gate-up-concat or zero-point-off-by-one); verify must exit 7 naming that layer.",
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", envvar=config.HOST.name, help="Live: the address the server binds."
+    ),
+    port: int = typer.Option(8000, "--port", envvar=config.PORT.name, help="Live: its port."),
+    timeout_s: float = typer.Option(
+        1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Live: readiness deadline."
+    ),
+    server_module: str = typer.Option(
+        config.DEFAULT_SERVER_MODULE,
+        "--server-module",
+        envvar=config.SERVER_MODULE.name,
+        help="Live: Python module run as the server (tests point it at a stand-in).",
+    ),
+    quality: bool = typer.Option(
+        True,
+        "--quality/--no-quality",
+        help="Live: also the quality pair (a second start, route off; same prompts, greedy).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+) -> None:
+    """Compare the route's output, per MoE layer, TP rank and prefix, with an FP64 reference
+    decoded from the checkpoint's own AWQ export; report the largest fraction of the contract's
+    rounding bound used (W13, W2) beside the origin's figures, and a verdict."""
+    from qpnserve.errors import QpnError, UsageError
+
+    try:
+        if model is None:
+            raise UsageError("missing --model", hint="qpnserve verify --offline --model DIR")
+        if offline:
+            from qpnserve.verify.offline import default_plan, run_offline
+
+            plan = default_plan(model, layers, prefixes, meta_format, fault, device)
+            report = run_offline(plan, progress=message)
+        else:
+            offline_only = {"--break": fault, "--meta-format": meta_format != "both"}
+            offline_only["--device"] = device != "auto"
+            given = [name for name, value in offline_only.items() if value]
+            if given:
+                raise UsageError(f"{', '.join(given)} only apply with --offline")
+            from qpnserve.verify.live_run import run_live
+
+            up_fields = {
+                "host": host,
+                "port": port,
+                "timeout_s": timeout_s,
+                "server_module": server_module,
+            }
+            report = run_live(model, layers, prefixes, up_fields, message, quality=quality)
+    except QpnError as exc:
+        if as_json:  # one JSON document on stdout, failures included
+            emit_json(
+                {
+                    "verdict": "error",
+                    "error": exc.message,
+                    "hint": exc.hint,
+                    "exit_code": int(exc.exit_code),
+                }
+            )
+        raise
+    from qpnserve.verify.report import render_table
+
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        typer.echo(render_table(report))
+    if report.verdict != "pass":
+        message(f"error: {report.summary()}")
+    raise typer.Exit(int(report.exit_code))
