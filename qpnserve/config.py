@@ -182,6 +182,12 @@ class Settings:
         return Path(override).expanduser() if override else None
 
     @property
+    def verify_capture_dir(self) -> Path | None:
+        """$QPNSERVE_VERIFY_CAPTURE_DIR (set by live `verify` for its server), else None."""
+        override = self._value(VERIFY_CAPTURE_DIR)
+        return Path(override) if override else None
+
+    @property
     def build_arch(self) -> str | None:
         return self._value(BUILD_ARCH)
 
@@ -193,6 +199,14 @@ class Settings:
     @property
     def git_commit(self) -> str | None:
         return self._value(GIT_COMMIT)
+
+
+def with_environ(settings: Settings, changes: Mapping[str, str | None]) -> Settings:
+    """The snapshot with ``changes`` applied (None: the variable removed), for a child that
+    must see them (live `verify` hands its server the capture dir this way)."""
+    environ = {k: v for k, v in settings.environ.items() if k not in changes}
+    environ.update({k: v for k, v in changes.items() if v is not None})
+    return Settings(MappingProxyType(environ))
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:

@@ -110,7 +110,7 @@ def up(
         from qpnserve.verify.gate import verify_before_up
 
         try:
-            verify_before_up(opts, progress=message)
+            verify_before_up(opts, progress=message, settings=found)
         except QpnError as exc:
             report = getattr(exc, "verify_report", None)
             if json_out and report is not None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qpnserve.config import ROUTE_FLAG, Settings
+from qpnserve.dispatch.capture import capture_from_settings
 from qpnserve.dispatch.manifest import (
     PatchManifest,
     Target,
@@ -122,7 +123,14 @@ def activate(
         build_key=build_key,
         report_dir=report_dir,
     )
-    install_patched(cls, op=op, recorder=recorder, patch_id=manifest.id, op_archs=op_archs)
+    install_patched(
+        cls,
+        op=op,
+        recorder=recorder,
+        patch_id=manifest.id,
+        op_archs=op_archs,
+        capture=capture_from_settings(settings),  # live `verify` only; None when serving
+    )
     validated_as = f"{build.distribution} {build.version}"
     logger.info(
         "qpnserve AWQ M1 dispatch applied to %s.%s (%s, validated as %s; extension %s)",

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qpnserve.cli import app
+from qpnserve.config import load_settings
 from qpnserve.geometry import TP_SIZE
 from qpnserve.kernels import ops
 from qpnserve.verify.offline import OfflinePlan, run_offline
@@ -46,7 +47,7 @@ def test_gpu_verify_offline_v100_path_passes(seeded_checkpoint: Path) -> None:
         device="cuda",
         op_path=ops.PATH_V100,
     )
-    report = run_offline(plan, progress=print)
+    report = run_offline(plan, progress=print, build_dir=load_settings().build_dir)
     assert report.verdict == "pass", report.summary()
     assert len(report.examined) == 48
     print(f"\nverify --offline (CUDA, PATH_V100): {report.arm_maxima()}")
