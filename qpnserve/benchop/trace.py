@@ -24,7 +24,7 @@ SCENARIOS = (
     ("all_invalid", True),
     ("all_invalid", False),
 )
-RAW_CALLS_KEPT = 2  # per scenario, the raw stamps of this many calls go into the JSON
+RAW_CALLS_KEPT = 1  # per scenario, the raw stamps of this many calls go into the JSON
 
 Stamps = list[list[tuple[int, int]]]  # [cta][point] -> (ns, cycles)
 
@@ -114,6 +114,13 @@ def findings(scenarios: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     }
 
 
+def relative(stamps: Stamps) -> list[list[list[int]]]:
+    """A call's stamps as [cta][point] = [ns since the call's first CTA start, cycles since
+    this CTA's start] (%clock64 counts per SM, so only a CTA's own differences mean anything)."""
+    t0 = min(cta[0][0] for cta in stamps)
+    return [[[ns - t0, cyc - cta[0][1]] for ns, cyc in cta] for cta in stamps]
+
+
 def run_trace(
     traced_call: Callable[[Any, bool], Stamps],
     layers: Sequence[Any],
@@ -132,8 +139,6 @@ def run_trace(
         scenarios[name] = {
             "calls": len(calls),
             "summary": summarize(calls, with_barrier),
-            "raw_first_calls": [
-                [list(map(list, cta)) for cta in c] for c in calls[:RAW_CALLS_KEPT]
-            ],
+            "raw_first_calls": [relative(c) for c in calls[:RAW_CALLS_KEPT]],
         }
     return {"points": list(POINTS), "scenarios": scenarios, "findings": findings(scenarios)}

@@ -145,7 +145,6 @@ def _bench_op(
 def _write_trace(
     path: Path, fmt: MetaFormat, seed: int, device: object, facts: dict[str, object]
 ) -> None:
-    import json
     import sys
     from dataclasses import replace
 
@@ -173,5 +172,28 @@ def _write_trace(
         "device": facts,
         **result,
     }
-    atomic_write_text(path, json.dumps(document, indent=1) + "\n", mode=0o644)
+    atomic_write_text(path, _dump_trace(document), mode=0o644)
     message(f"trace written to {path}")
+
+
+def _dump_trace(document: dict[str, object]) -> str:
+    """JSON with one line per CTA of the raw stamps (indented, one number a line, the two raw
+    calls of eight scenarios would be ~250 KB to read through)."""
+    import json
+
+    rows: list[str] = []
+
+    def compact(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: compact(v) for k, v in value.items()}
+        if isinstance(value, list) and value and isinstance(value[0], list):
+            if value[0] and isinstance(value[0][0], list) and not isinstance(value[0][0][0], list):
+                rows.extend(json.dumps(cta, separators=(",", ":")) for cta in value)
+                return [f"@row{len(rows) - len(value) + i}@" for i in range(len(value))]
+            return [compact(v) for v in value]
+        return value
+
+    text = json.dumps(compact(document), indent=1)
+    for i, row in enumerate(rows):
+        text = text.replace(f'"@row{i}@"', row, 1)
+    return text + "\n"
