@@ -37,7 +37,11 @@ def test_server_library_sources_hold_no_bench_code() -> None:
     # The library a server loads is compiled from these; the read floor, the derive kernel and
     # the traced copy live in the bench extension only (read from the files, not the names).
     op_units = build.compiled_sources("op", cpu_only=False)
-    assert {p.name for p in op_units} == {"awq_moe_m1.cpp", "awq_moe_m1_cuda.cu"}
+    assert {p.name for p in op_units} == {
+        "awq_moe_m1.cpp",
+        "awq_moe_m1_cpu.cpp",
+        "awq_moe_m1_cuda.cu",
+    }
     for path in build.source_files("op"):
         text = path.read_text()
         for marker in ("read_floor_m1", "derive_input_m1", "qpnserve_bench", "#define QPN_TRACE 1"):
