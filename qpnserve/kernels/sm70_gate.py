@@ -100,7 +100,7 @@ def nvrtc_compile(
 ) -> tuple[str, dict[str, str]]:
     """CUDA 12.8 NVRTC (from PyPI): device source -> (PTX for compute_<arch>, name expression ->
     mangled name). Include path: csrc/ and the CUDA runtime headers. Shared by the gate and
-    scripts/sm70_projection.py, so both read the same build."""
+    tools/sm70proj, so both read the same build."""
     lib = ctypes.CDLL(str(_nvidia_dir("cuda_nvrtc") / "lib" / "libnvrtc.so.12"))
     prog = ctypes.c_void_p()
     _check(

@@ -1,18 +1,16 @@
-"""scripts/sm70proj: SASS reading, the V100 model's arithmetic, and the host's real kernels."""
+"""tools/sm70proj: SASS reading, the V100 model's arithmetic, and the host's real kernels."""
 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from tools.sm70proj import builds, model, sass, tables
 
-from sm70proj import builds, model, sass, tables  # noqa: E402  (after the path setup above)
+ROOT = Path(__file__).resolve().parents[2]
 
 # A made-up listing in cuobjdump's layout: ids (parameter 3) first, then a weight word
 # (parameter 1) whose address derives from the id, a metadata word (parameter 2), an epilogue.

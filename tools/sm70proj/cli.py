@@ -1,15 +1,15 @@
 """A V100 PROJECTION (not a measurement) of the AWQ M1 op, calibrated on the host's kernels.
 
-    python scripts/sm70_projection.py [--json] [--latency-us 0.6] [--launch-gap-us G]
+    python -m tools.sm70proj [--json] [--latency-us 0.6] [--launch-gap-us G]
 
 No GPU, no nvcc. It reads two kinds of sm_70 machine code with the same tools:
 - the host's own M=1 kernels, shipped as sm_70 SASS in the registry's ReVolta 0.1.4 wheel
   (vllm/_C.abi3.so), measured by their authors at 20.62 us (4-byte) / 21.53 us (3-byte) per
   layer in a CUDA-graph probe: the calibration point;
 - ours, compiled here for sm_70 (the CI gate's NVRTC 12.8 + ptxas 12.8), and the read floor.
-Wheels are fetched by name (pip download --no-deps) into the user cache (scripts/sm70proj/
+Wheels are fetched by name (pip download --no-deps) into the user cache (tools/sm70proj/
 wheels.py); cuobjdump 12.8 comes from the triton 3.3.1 wheel (QPNSERVE_CUOBJDUMP overrides).
-The model (scripts/sm70proj/model.py) and the kernel tables (scripts/sm70proj/tables.py) say
+The model (tools/sm70proj/model.py) and the kernel tables (tools/sm70proj/tables.py) say
 what each term is and where each constant comes from. The last line is the summary.
 """
 
@@ -22,12 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from sm70proj import builds, model, tables  # noqa: E402  (after the path setup above)
-from sm70proj.model import NodeTerms  # noqa: E402
+from . import builds, model, tables
+from .model import NodeTerms
 
 FORMATS = ("3byte", "4byte")
 
@@ -135,7 +131,3 @@ def main(argv: list[str] | None = None) -> int:
     for p in results:
         print(summary(p))  # the 4-byte line last
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

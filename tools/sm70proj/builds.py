@@ -132,7 +132,7 @@ def our_binaries(
     if missing:
         raise SystemExit(
             f"the sm_70 build has no {', '.join(missing)}: point OUR_KERNELS in "
-            "scripts/sm70proj/tables.py at the kernels the launcher uses on sm_70"
+            "tools/sm70proj/tables.py at the kernels the launcher uses on sm_70"
         )
     cubin, log = ptxas(ptx, workdir, stem)
     reports = {lowered[e]: sm70_gate.KernelReport(e, lowered[e], True) for e in name_exprs}
