@@ -69,10 +69,7 @@ def test_sass_counts_dram_loads_only_when_asked(instrs) -> None:
     assert sass.loads_in_flight(instrs, None) == (2, 20)  # the id was used before
     assert sass.listed_bytes(instrs, {1, 2}) == 20
     assert sass.prologue_trips(instrs, {1, 2}) == 1  # the id, before the first DRAM load
-    assert sass.epilogue_length(instrs, {1, 2}) == 4  # LOP3, HADD2, STG, EXIT
-    # LOP3 reads the weight word, not the last load's metadata: it runs while 20 B are still in
-    # flight; HADD2 is the first read of the metadata.
-    assert sass.epilogue_split(instrs, {1, 2}) == (1, 3, 20)
+    assert sass.param_of_each(instrs)[:9] == [None, None, 3, None, None, None, 1, None, 2]
 
 
 def test_res_usage_parses_registers_shared_and_local() -> None:
@@ -111,18 +108,27 @@ def test_model_is_latency_bound_with_few_bytes_in_flight() -> None:
     assert slow.stream_us == pytest.approx(25 * 0.6)
 
 
-def test_work_before_the_last_loads_first_use_hides_behind_its_bytes_unless_longer() -> None:
+def test_work_before_the_first_wait_hides_behind_the_real_bytes_unless_longer() -> None:
     k = model.Kernel("one", "one", 80, 320, 7_680_000, (3, 4, 5, 6))
     base = model.SassStats(128, 0, 2300, 300, 300, 1, 180)
-    # 160 B x 320 threads in flight at the last load: 4.8 us at 850/80 GB/s per SM.
+    # 32,000 B of W2 per CTA still arriving: 3.01 us at 850/80 GB/s per SM.
     hidden = model.project_node(k, replace(base, epilogue_overlap_instructions=700,
-                                           tail_bytes_in_flight=160), 0.6, 3.0)  # fmt: skip
+                                           tail_bytes_per_cta=32_000), 0.6, 3.0)  # fmt: skip
     assert hidden.epilogue_us == pytest.approx(model.project_node(k, base, 0.6, 3.0).epilogue_us)
     # 4,000 dependent instructions (11.6 us) outlast those bytes: the excess is exposed.
     longer = model.project_node(k, replace(base, epilogue_overlap_instructions=4000,
-                                           tail_bytes_in_flight=160), 0.6, 3.0)  # fmt: skip
-    excess = 4000 * 4 / 1380 - 160 * 320 / (850e3 / 80)
+                                           tail_bytes_per_cta=32_000), 0.6, 3.0)  # fmt: skip
+    excess = 4000 * 4 / 1380 - 32_000 / (850e3 / 80)
     assert longer.epilogue_us - hidden.epilogue_us == pytest.approx(excess)
+
+
+def test_a_hand_off_before_the_first_wait_hides_in_the_window() -> None:
+    k = model.Kernel("one", "one", 80, 320, 7_680_000, (3, 4, 5, 6), handoffs=1)
+    base = model.SassStats(128, 0, 2300, 300, 300, 1, 180, tail_bytes_per_cta=32_000)
+    after = model.project_node(k, base, 0.6, 3.0)
+    inside = model.project_node(k, replace(base, handoff_in_overlap=True), 0.6, 3.0)
+    handoff = 2 * 193 / 1380 + 0.5
+    assert after.epilogue_us - inside.epilogue_us == pytest.approx(handoff)
 
 
 def test_a_single_launch_kernel_pays_its_hand_off() -> None:
@@ -181,5 +187,6 @@ def test_host_wheel_kernels_are_the_calibration_kernels(tmp_path) -> None:
     w13 = found[kernels[0].symbol]
     kinds = sass.count_kinds(w13.instrs)
     assert (len(w13.instrs), kinds["hmma"], w13.registers) == (600, 80, 56)
-    stats = builds.stats(w13, kernels[0].dram_params)
+    stats = builds.stats(w13, kernels[0])
     assert stats.dram_bytes_in_flight == 12  # two weight words and one metadata record
+    assert len(w13.controls) == len(w13.instrs)

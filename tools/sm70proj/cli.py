@@ -38,7 +38,7 @@ def project_format(fmt: str, workdir: Path, latency: float, gap: float) -> dict[
         for k in kernels:
             b = bins[k.symbol]
             k = dataclasses.replace(k, threads=k.threads or b.threads)
-            terms = model.project_node(k, builds.stats(b, k.dram_params), latency, gap)
+            terms = model.project_node(k, builds.stats(b, k), latency, gap)
             rows[side].append(terms)
     total = sum(k.dram_bytes + k.prefetch_bytes for k in ours)
     floor_bytes = sum(k.dram_bytes for k in ours)

@@ -10,13 +10,14 @@ One graph node (kernel) on a V100, as a one-wave kernel whose warps all start to
                                             keeps in flight (closed loop: a warp issues its next
                                             loads only when the ones it waits on are back)
          + issue excess                     instruction issue beyond what the stream hides
-         + epilogue                         the instructions from the first one that reads the
-                                            last DRAM load's data, one dependent chain on one
-                                            warp (reduce, SwiGLU, stores); those between that
-                                            load and that read run while the bytes still in
-                                            flight arrive, and count only where their chain is
-                                            longer than those bytes take at the SM's share of
-                                            the ceiling
+         + epilogue                         from the first instruction that WAITS on the last
+                                            DRAM load's scoreboard barrier (its wait mask; the
+                                            warp stops there until every load on that barrier
+                                            has landed) to EXIT, one dependent chain on one warp;
+                                            the work between that load and that wait (and a
+                                            grid hand-off placed there) runs while those loads'
+                                            real bytes arrive at the SM's share of the ceiling,
+                                            and counts only where it is longer
 
 A single-launch design pays one launch gap and one prologue, and a grid-wide hand-off (one
 store and one poll through L2, plus the spread between the first and the last CTA).
@@ -62,6 +63,9 @@ class Kernel:
     dram_params: tuple[int, ...]  # kernel parameters (pointer slots) whose loads go to DRAM
     prefetch_bytes: int = 0  # DRAM bytes it moves into L2 without holding registers
     handoffs: int = 0  # grid-wide hand-offs inside the kernel (a single-launch design: 1)
+    # (parameter, DRAM bytes per call) of each DRAM stream: what the CTA really reads, which the
+    # loads' widths overstate where lanes load the same address (the m8n8k4 fragment layout).
+    param_bytes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,9 +78,10 @@ class SassStats:
     dram_bytes_in_flight: int  # per thread, loads from the DRAM parameters only
     dram_bytes_listed: int  # per thread, summed over the DRAM loads of the listing (loops once)
     prologue_l2_trips: int  # dependent L2 loads before the first DRAM load
-    epilogue_instructions: int  # from the first read of the last DRAM load's data to EXIT
-    epilogue_overlap_instructions: int = 0  # between the last DRAM load and that read
-    tail_bytes_in_flight: int = 0  # per thread, DRAM bytes still in flight at the last load
+    epilogue_instructions: int  # from the first wait on the last DRAM load's barrier to EXIT
+    epilogue_overlap_instructions: int = 0  # between the last DRAM load and that wait
+    tail_bytes_per_cta: float = 0.0  # real DRAM bytes of the loads that wait releases, per CTA
+    handoff_in_overlap: bool = False  # the grid hand-off's atomic lies before that wait
 
 
 @dataclass
@@ -144,12 +149,16 @@ def project_node(
     issue_excess = max(0.0, issue - stream)
     prologue = us(s.prologue_l2_trips * L2_LATENCY_CLK, clock_mhz)
     epilogue = us(s.epilogue_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
-    # The work between the last load and its first use hides behind the bytes still arriving:
-    # the SM's CTAs' tail bytes at the SM's share of the read ceiling.
-    tail_us = s.tail_bytes_in_flight * k.threads * per_sm / (READ_GB_S * 1e3 / SMS)
-    overlap = us(s.epilogue_overlap_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
-    epilogue += max(0.0, overlap - tail_us)
-    epilogue += k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + HANDOFF_SPREAD_US)
+    # The work between the last DRAM load and the first wait on its barrier runs while the loads
+    # that wait releases arrive: their real bytes for the SM's CTAs at the SM's share.
+    tail_us = s.tail_bytes_per_cta * per_sm / (READ_GB_S * 1e3 / SMS)
+    handoff = k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + HANDOFF_SPREAD_US)
+    window = us(s.epilogue_overlap_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
+    if s.handoff_in_overlap:
+        window += handoff
+    else:
+        epilogue += handoff
+    epilogue += max(0.0, window - tail_us)
     limiter = "bandwidth" if bandwidth_bound else "latency rounds"
     if waves > 1:
         limiter += f", {waves} waves"

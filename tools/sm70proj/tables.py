@@ -31,6 +31,16 @@ def _w2(fmt: str) -> int:
     return TOP_K * (r.w2_weight + r.w2_meta)
 
 
+def _w13_params(fmt: str, codes: int, meta: int) -> tuple[tuple[int, int], ...]:
+    r = route_bytes(fmt)  # type: ignore[arg-type]
+    return ((codes, TOP_K * r.w13_weight), (meta, TOP_K * r.w13_meta))
+
+
+def _w2_params(fmt: str, codes: int, meta: int) -> tuple[tuple[int, int], ...]:
+    r = route_bytes(fmt)  # type: ignore[arg-type]
+    return ((codes, TOP_K * r.w2_weight), (meta, TOP_K * r.w2_meta))
+
+
 def our_kernels(fmt: str) -> list[Kernel]:
     """The shipped sm_70 path, the V100 design (csrc/awq_moe_m1_sm70.cuh): one cooperative
     launch of 80 co-resident CTAs, each streaming 1/80 of the layer's 7.68 MB (W13 and W2, no
@@ -38,7 +48,8 @@ def our_kernels(fmt: str) -> list[Kernel]:
     meta3 = "true" if fmt == "3byte" else "false"
     return [
         Kernel("v100 design (1 launch)", f"qpn::v100_moe_kernel<{meta3}>", 80, 0,
-               _w13(fmt) + _w2(fmt), W13_DRAM + W2_DRAM, handoffs=1),
+               _w13(fmt) + _w2(fmt), W13_DRAM + W2_DRAM, handoffs=1,
+               param_bytes=_w13_params(fmt, *W13_DRAM) + _w2_params(fmt, *W2_DRAM)),
     ]  # fmt: skip
 
 
@@ -52,6 +63,8 @@ HOST_MEASURED_US = {"4byte": 20.62, "3byte": 21.53}
 def host_kernels(fmt: str) -> list[Kernel]:
     t = HOST_TEMPLATE[fmt]
     return [
-        Kernel("host W13 (10,10)", f"shared_qpn_w13_kernelILi{t}E", 100, 512, _w13(fmt), HOST_DRAM),
-        Kernel("host W2 80", f"shared_qpn_w2_reduce_kernelILi{t}E", 80, 320, _w2(fmt), HOST_DRAM),
-    ]
+        Kernel("host W13 (10,10)", f"shared_qpn_w13_kernelILi{t}E", 100, 512, _w13(fmt), HOST_DRAM,
+               param_bytes=_w13_params(fmt, *HOST_DRAM)),
+        Kernel("host W2 80", f"shared_qpn_w2_reduce_kernelILi{t}E", 80, 320, _w2(fmt), HOST_DRAM,
+               param_bytes=_w2_params(fmt, *HOST_DRAM)),
+    ]  # fmt: skip

@@ -1,0 +1,91 @@
+"""tools/sm70proj/scoreboard.py: Volta control bits on literal instruction words, and where a warp
+stops for a load (the first wait on its barrier) on small literal listings.
+
+Every high word below is copied from cuobjdump 12.8's listing of the V100 design's sm_70 build;
+the expected fields are decoded by hand from the bit positions of Jia et al. 2018 (stall 41-44,
+yield 45, write barrier 46-48, read barrier 49-51, wait mask 52-57; 7 = no barrier).
+"""
+
+from __future__ import annotations
+
+from tools.sm70proj import sass, scoreboard
+from tools.sm70proj.scoreboard import Control
+
+
+def test_decodes_a_load_that_sets_barrier_4() -> None:
+    # LDG.E.EF.128.SYS R20, [R20]: the strip's first load.
+    assert scoreboard.decode_control(0x000F2200000EED00) == Control(1, True, 4, None, 0)
+
+
+def test_decodes_a_load_with_a_read_barrier() -> None:
+    # LDG.E.EF.128.SYS R36, [R2+0xa000]: the last W2 load (its address registers on SB0).
+    assert scoreboard.decode_control(0x00012400000EED00) == Control(2, True, 4, 0, 0)
+
+
+def test_decodes_a_wait_mask_of_two_barriers() -> None:
+    # SHF.R.U32.HI R3, RZ, 0x8, R20: waits on SB0 and SB4.
+    c = scoreboard.decode_control(0x011FE20000011614)
+    assert c == Control(1, True, None, None, 0b010001)
+    assert c.waits_on(4) and c.waits_on(0) and not c.waits_on(2)
+
+
+def test_reuse_bits_above_the_wait_mask_are_not_waits() -> None:
+    # LOP3.LUT R4, R8.reuse, ...: bits 58-63 carry operand reuse; the wait mask is SB2 alone.
+    c = scoreboard.decode_control(0x144FE200078EEA03)
+    assert c.wait_mask == 0b000100 and c.stall_cycles == 1
+
+
+def test_decodes_a_compare_waiting_on_barrier_2() -> None:
+    # ISETP.GE.AND P1, PT, R11, c[0x0][0x1b0], PT: waits for the id load on SB2.
+    assert scoreboard.decode_control(0x004FC80003F26270) == Control(4, False, None, None, 0b100)
+
+
+# A strip load and a W2 load share SB4; the first instruction that waits on SB4 reads only the
+# strip's register (R20), yet the warp stops there until the W2 load has landed too. A rule by
+# register dataflow would put the first use of W2's R36 at the HADD2 instead.
+LISTING = """
+        Function : _Z4testv
+        /*0000*/                   LDG.E.EF.128.SYS R20, [R20] ;            /* 0x0000000014147381 */
+                                                                            /* 0x000f2200000eed00 */
+        /*0010*/                   LDG.E.SYS R11, [R6] ;                    /* 0x00000000060b7381 */
+                                                                            /* 0x000ea200001ee900 */
+        /*0020*/ ISETP.GE.AND P1, PT, R11, c[0x0][0x1b0], PT ; /* 0x00006c000b007a0c */
+                                                                            /* 0x004fc80003f26270 */
+        /*0030*/                   LDG.E.EF.128.SYS R36, [R2+0xa000] ;      /* 0x00a0000002247381 */
+                                                                            /* 0x00012400000eed00 */
+        /*0040*/                   LOP3.LUT R6, R0, 0x1f, RZ, 0xc0, !PT ;   /* 0x0000001f00067812 */
+                                                                            /* 0x000fc600078ec0ff */
+        /*0050*/                   SHF.R.U32.HI R3, RZ, 0x8, R20 ;          /* 0x00000008ff037819 */
+                                                                            /* 0x011fe20000011614 */
+        /*0060*/                   HADD2 R5, R36, R37 ;                     /* 0x0000002524057230 */
+                                                                            /* 0x000fc60000000000 */
+        /*0070*/                   EXIT ;                                   /* 0x000000000000794d */
+                                                                            /* 0x000fea0003800000 */
+"""
+
+
+def _listing() -> tuple[list[str], list[Control]]:
+    instrs = sass.parse_listing(LISTING)["_Z4testv"]
+    controls = scoreboard.parse_controls(LISTING)["_Z4testv"]
+    assert len(instrs) == len(controls) == 8
+    return instrs, controls
+
+
+def test_controls_parse_index_for_index_with_the_listing() -> None:
+    instrs, controls = _listing()
+    assert instrs[3] == "LDG.E.EF.128.SYS R36, [R2+0xa000]"
+    assert controls[3].write_barrier == 4 and controls[5].wait_mask == 0b010001
+
+
+def test_the_first_wait_on_a_loads_barrier_is_where_the_warp_stops() -> None:
+    _, controls = _listing()
+    assert scoreboard.first_wait(controls, after=3, barrier=4) == 5
+    assert scoreboard.first_wait(controls, after=1, barrier=2) == 2
+    assert scoreboard.first_wait(controls, after=5, barrier=4) == 8  # none after: the end
+
+
+def test_every_load_sharing_the_barrier_must_land_at_that_wait() -> None:
+    instrs, controls = _listing()
+    dram = [True, False, False, True, False, False, False, False]
+    t = scoreboard.tail(instrs, controls, dram)
+    assert t == scoreboard.Tail(last_load=3, wait_at=5, exit_at=7, loads_waited=(0, 3))

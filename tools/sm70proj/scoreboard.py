@@ -1,0 +1,118 @@
+"""Where a Volta warp stops for a load: the scoreboard control bits of sm_70 SASS (pure).
+
+cuobjdump prints each 128-bit sm_70 instruction as two 64-bit words; the control fields live in
+the high word (Jia et al. 2018, "Dissecting the NVIDIA Volta GPU Architecture via
+Microbenchmarking", arXiv:1804.06826): stall cycles bits 41-44, yield bit 45, write barrier
+bits 46-48 and read barrier bits 49-51 (7 = none), wait mask bits 52-57 (one bit per scoreboard
+SB0-SB5). A load sets its write barrier; the first later instruction whose wait mask names that
+barrier is where the warp stops, until EVERY outstanding load assigned to that barrier has
+landed (the compiler shares six counters among all loads). So the overlap of work with a load
+is read from the wait masks, not from which registers the work reads.
+
+Listings are read straight through (branches ignored, a loop body once), as in sass.py.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import sass
+
+NO_BARRIER = 7
+
+
+@dataclass(frozen=True)
+class Control:
+    stall_cycles: int
+    yield_flag: bool
+    write_barrier: int | None  # the scoreboard this instruction's result sets (None: none)
+    read_barrier: int | None  # the scoreboard that guards its source registers (None: none)
+    wait_mask: int  # bit k: wait until scoreboard SBk is clear before issuing
+
+    def waits_on(self, barrier: int) -> bool:
+        return bool(self.wait_mask >> barrier & 1)
+
+
+def decode_control(hi: int) -> Control:
+    """The control fields of an sm_70 instruction's high 64-bit word."""
+    wb, rb = hi >> 46 & 7, hi >> 49 & 7
+    return Control(
+        stall_cycles=hi >> 41 & 0xF,
+        yield_flag=bool(hi >> 45 & 1),
+        write_barrier=None if wb == NO_BARRIER else wb,
+        read_barrier=None if rb == NO_BARRIER else rb,
+        wait_mask=hi >> 52 & 0x3F,
+    )
+
+
+def parse_controls(text: str) -> dict[str, list[Control]]:
+    """Mangled name -> the control of each instruction, index for index with parse_listing."""
+    functions: dict[str, list[Control]] = {}
+    current: list[Control] | None = None
+    expect_hi = False
+    for line in text.splitlines():
+        if m := re.search(r"Function : (\S+)", line):
+            current = functions.setdefault(m.group(1), [])
+            expect_hi = False
+            continue
+        if re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?);", line):
+            expect_hi = current is not None
+            continue
+        m = re.match(r"\s*/\* 0x([0-9a-f]{16}) \*/\s*$", line)
+        if m and expect_hi and current is not None:
+            current.append(decode_control(int(m.group(1), 16)))
+            expect_hi = False
+    return functions
+
+
+def first_wait(controls: list[Control], after: int, barrier: int, end: int | None = None) -> int:
+    """Index of the first instruction after ``after`` that waits on ``barrier`` (``end`` or the
+    listing's length when none does)."""
+    stop = len(controls) if end is None else end
+    for j in range(after + 1, stop):
+        if controls[j].waits_on(barrier):
+            return j
+    return stop
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The tail after a kernel's last DRAM load, as the scoreboard decides it."""
+
+    last_load: int
+    wait_at: int  # the first instruction that waits on the last load's barrier
+    exit_at: int  # the first unpredicated EXIT after it
+    loads_waited: tuple[int, ...]  # every load still on that barrier there: all must land
+
+
+def _is_load(instr: str) -> bool:
+    return sass.opcode(instr).startswith(("LDG", "LD."))
+
+
+def _exit_after(instrs: list[str], start: int) -> int:
+    for j in range(start, len(instrs)):
+        if instrs[j].split()[0] == "EXIT":
+            return j
+    return len(instrs) - 1
+
+
+def tail(instrs: list[str], controls: list[Control], dram: list[bool]) -> Tail | None:
+    """dram[i]: instruction i is a load from a DRAM stream. None: the kernel has no DRAM load."""
+    last = max((i for i, d in enumerate(dram) if d), default=-1)
+    if last < 0:
+        return None
+    barrier = controls[last].write_barrier
+    exit_at = _exit_after(instrs, last + 1)
+    if barrier is None:  # a load always sets one; without it nothing stops the warp early
+        return Tail(last, exit_at, exit_at, (last,))
+    wait_at = first_wait(controls, last, barrier, exit_at)
+    pending: dict[int, list[int]] = {}
+    for i in range(wait_at):
+        for b in list(pending):
+            if controls[i].waits_on(b):
+                del pending[b]
+        wb = controls[i].write_barrier
+        if wb is not None and _is_load(instrs[i]):
+            pending.setdefault(wb, []).append(i)
+    return Tail(last, wait_at, exit_at, tuple(pending.get(barrier, [])))
