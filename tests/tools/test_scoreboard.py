@@ -89,3 +89,61 @@ def test_every_load_sharing_the_barrier_must_land_at_that_wait() -> None:
     dram = [True, False, False, True, False, False, False, False]
     t = scoreboard.tail(instrs, controls, dram)
     assert t == scoreboard.Tail(last_load=3, wait_at=5, exit_at=7, loads_waited=(0, 3))
+
+
+# W13's last load on SB2, drained by the compare; the id reload on SB3 is one L2 round trip
+# (the STS waits on it); then the next tensor's first load. Parameters are given per instruction.
+PHASES = """
+        Function : _Z6phasesv
+        /*0000*/                   LDG.E.SYS R11, [R6] ;                    /* 0x00000000060b7381 */
+                                                                            /* 0x000ea200001ee900 */
+        /*0010*/ ISETP.GE.AND P1, PT, R11, c[0x0][0x1b0], PT ; /* 0x00006c000b007a0c */
+                                                                            /* 0x004fc80003f26270 */
+        /*0020*/                   LDG.E.SYS R8, [R8] ;                     /* 0x0000000008087381 */
+                                                                            /* 0x000ee200001ee900 */
+        /*0030*/              @!P2 STS [R37+0x4120], R8 ;                   /* 0x004120082500a388 */
+                                                                            /* 0x0081ee0000000800 */
+        /*0040*/                   LOP3.LUT R6, R0, 0x1f, RZ, 0xc0, !PT ;   /* 0x0000001f00067812 */
+                                                                            /* 0x000fc600078ec0ff */
+        /*0050*/                   LDG.E.EF.128.SYS R36, [R2+0xa000] ;      /* 0x00a0000002247381 */
+                                                                            /* 0x00012400000eed00 */
+        /*0060*/                   EXIT ;                                   /* 0x000000000000794d */
+                                                                            /* 0x000fea0003800000 */
+"""
+
+
+def _phases() -> tuple[list[str], list[Control]]:
+    return sass.parse_listing(PHASES)["_Z6phasesv"], scoreboard.parse_controls(PHASES)["_Z6phasesv"]
+
+
+def test_a_drained_stream_moving_to_another_tensor_is_a_bubble() -> None:
+    instrs, controls = _phases()
+    dram = [True, False, False, False, False, True, False]
+    params = [3, None, 7, None, None, 5, None]
+    found = scoreboard.bubbles(instrs, controls, dram, params)
+    # The compare, the id load, the STS and the LOP3 run between the drain and W2's first load.
+    assert found == [scoreboard.Bubble(drained_at=1, next_load=5, instructions=4, l2_trips=1)]
+
+
+def test_a_drained_stream_going_on_with_the_same_tensor_is_no_bubble() -> None:
+    # A loop's next round of the same tensors: the stream's latency rounds already count it.
+    instrs, controls = _phases()
+    dram = [True, False, False, False, False, True, False]
+    params = [3, None, 7, None, None, 3, None]
+    assert scoreboard.bubbles(instrs, controls, dram, params) == []
+
+
+def test_the_bubble_takes_the_path_of_the_first_warps_through_forward_branches() -> None:
+    # One warp's SwiGLU sits under "@P1 BRA": the other warps jump to the next load at once.
+    instrs = [
+        "BAR.SYNC 0x0",
+        "@P1 BRA 0x50",  # 0x50 / 16 = instruction 5
+        "MUFU.EX2 R3, R2",
+        "FADD R4, R3, 1",
+        "STG.E.SYS [R6], R4",
+        "LDG.E.EF.128.SYS R36, [R2]",
+    ]
+    assert scoreboard.shortest_path(instrs, 0, 5) == [0, 1, 5]
+    # A branch with its predicate as an operand may fall through too; an unconditional one not.
+    assert scoreboard.shortest_path([*instrs[:1], "BRA !P3, 0x50", *instrs[2:]], 0, 5) == [0, 1, 5]
+    assert scoreboard.shortest_path([*instrs[:1], "BRA 0x30", *instrs[2:]], 0, 5) == [0, 1, 3, 4, 5]

@@ -131,6 +131,17 @@ def test_a_hand_off_before_the_first_wait_hides_in_the_window() -> None:
     assert after.epilogue_us - inside.epilogue_us == pytest.approx(handoff)
 
 
+def test_a_bubble_pays_its_chain_its_l2_trips_and_one_refill_latency() -> None:
+    k = model.Kernel("one", "one", 80, 320, 7_680_000, (3, 4, 5, 6))
+    base = model.SassStats(128, 0, 2300, 300, 300, 1, 180)
+    plain = model.project_node(k, base, 0.6, 3.0)
+    bubbled = model.project_node(
+        k, replace(base, bubble_instructions=345, bubble_l2_trips=1, bubbles=1), 0.6, 3.0
+    )
+    assert bubbled.bubble_us == pytest.approx((345 * 4 + 193) / 1380 + 0.6)
+    assert bubbled.total_us - plain.total_us == pytest.approx(bubbled.bubble_us)
+
+
 def test_a_single_launch_kernel_pays_its_hand_off() -> None:
     s = model.SassStats(96, 0, 900, 128, 375, 1, 150)
     k = model.Kernel("one", "one", 80, 256, 7_680_000, (3, 4, 5, 6))
@@ -189,4 +200,5 @@ def test_host_wheel_kernels_are_the_calibration_kernels(tmp_path) -> None:
     assert (len(w13.instrs), kinds["hmma"], w13.registers) == (600, 80, 56)
     stats = builds.stats(w13, kernels[0])
     assert stats.dram_bytes_in_flight == 12  # two weight words and one metadata record
+    assert stats.bubbles == 0  # one kernel streams one tensor pair: no phase change inside
     assert len(w13.controls) == len(w13.instrs)

@@ -183,6 +183,7 @@ def stats(b: Binary, k: Kernel) -> SassStats:
         tail_bytes = real_bytes_per_cta(b, k, end.loads_waited)
         window = b.instrs[end.last_load + 1 : end.wait_at]
         handoff_in_overlap = any(sass.opcode(i).startswith("ATOM") for i in window)
+    found = scoreboard.bubbles(b.instrs, b.controls, dram, params)
     return SassStats(
         registers=b.registers,
         smem_bytes=b.smem_bytes,
@@ -194,4 +195,7 @@ def stats(b: Binary, k: Kernel) -> SassStats:
         epilogue_overlap_instructions=overlap,
         tail_bytes_per_cta=tail_bytes,
         handoff_in_overlap=handoff_in_overlap,
+        bubble_instructions=sum(x.instructions for x in found),
+        bubble_l2_trips=sum(x.l2_trips for x in found),
+        bubbles=len(found),
     )

@@ -60,8 +60,9 @@ def project_format(fmt: str, workdir: Path, latency: float, gap: float) -> dict[
 def render_terms(t: NodeTerms) -> str:
     return (
         f"  {t.label:24} gap {t.launch_gap_us:4.2f} + prologue {t.prologue_us:4.2f} + stream "
-        f"{t.stream_us:5.2f} ({t.rounds:4.1f} rounds) + issue {t.issue_excess_us:4.2f} + epilogue "
-        f"{t.epilogue_us:4.2f} = {t.total_us:5.2f} us  [{t.limiter}]"
+        f"{t.stream_us:5.2f} ({t.rounds:4.1f} rounds) + bubble {t.bubble_us:4.2f} + issue "
+        f"{t.issue_excess_us:4.2f} + epilogue {t.epilogue_us:4.2f} = {t.total_us:5.2f} us  "
+        f"[{t.limiter}]"
     )
 
 

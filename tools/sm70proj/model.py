@@ -9,6 +9,10 @@ One graph node (kernel) on a V100, as a one-wave kernel whose warps all start to
                                             rounds = DRAM bytes per thread / DRAM bytes a thread
                                             keeps in flight (closed loop: a warp issues its next
                                             loads only when the ones it waits on are back)
+         + bubble                           per phase change (the DRAM loads move to other
+                                            tensors only after every earlier DRAM load was
+                                            waited on): the work in between as one chain, its
+                                            L2 round trips, and one DRAM latency to refill
          + issue excess                     instruction issue beyond what the stream hides
          + epilogue                         from the first instruction that WAITS on the last
                                             DRAM load's scoreboard barrier (its wait mask; the
@@ -82,6 +86,9 @@ class SassStats:
     epilogue_overlap_instructions: int = 0  # between the last DRAM load and that wait
     tail_bytes_per_cta: float = 0.0  # real DRAM bytes of the loads that wait releases, per CTA
     handoff_in_overlap: bool = False  # the grid hand-off's atomic lies before that wait
+    bubble_instructions: int = 0  # from each drain to the next phase's first DRAM load
+    bubble_l2_trips: int = 0  # dependent non-DRAM round trips inside the bubbles
+    bubbles: int = 0  # phase changes with the SM's DRAM stream drained
 
 
 @dataclass
@@ -95,6 +102,7 @@ class NodeTerms:
     issue_excess_us: float
     epilogue_us: float
     limiter: str
+    bubble_us: float = 0.0
     total_us: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -159,15 +167,21 @@ def project_node(
     else:
         epilogue += handoff
     epilogue += max(0.0, window - tail_us)
+    bubble = us(
+        s.bubble_instructions * DEPENDENT_ISSUE_CLK + s.bubble_l2_trips * L2_LATENCY_CLK,
+        clock_mhz,
+    )
+    bubble += s.bubbles * latency_us
     limiter = "bandwidth" if bandwidth_bound else "latency rounds"
     if waves > 1:
         limiter += f", {waves} waves"
     if issue_excess > 0:
         limiter = "issue"
     terms = NodeTerms(
-        k.label, per_sm, rounds, launch_gap_us, prologue, stream, issue_excess, epilogue, limiter
-    )
-    terms.total_us = launch_gap_us + prologue + stream + issue_excess + epilogue
+        k.label, per_sm, rounds, launch_gap_us, prologue, stream, issue_excess, epilogue, limiter,
+        bubble,
+    )  # fmt: skip
+    terms.total_us = launch_gap_us + prologue + stream + bubble + issue_excess + epilogue
     return terms
 
 

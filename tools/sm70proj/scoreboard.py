@@ -116,3 +116,85 @@ def tail(instrs: list[str], controls: list[Control], dram: list[bool]) -> Tail |
         if wb is not None and _is_load(instrs[i]):
             pending.setdefault(wb, []).append(i)
     return Tail(last, wait_at, exit_at, tuple(pending.get(barrier, [])))
+
+
+@dataclass(frozen=True)
+class Bubble:
+    """Where a kernel's DRAM stream stops: every DRAM load issued so far has been waited on, and
+    the next DRAM load reads another tensor (a new phase), issued only after the work between."""
+
+    drained_at: int  # the wait on the barrier of the last DRAM load issued before it
+    next_load: int  # the first DRAM load of the next phase
+    instructions: int  # on the shortest path from the drain to that load (its first warps)
+    l2_trips: int  # dependent round trips on non-DRAM loads on that path (ids, weights reload)
+
+
+def _successors(instrs: list[str], i: int) -> list[int]:
+    """Where control goes after instruction i (an sm_70 instruction is 16 bytes, the listing
+    of a function starts at 0): a predicated or divergence branch may fall through."""
+    op = sass.opcode(instrs[i])
+    predicated = instrs[i].startswith("@")
+    if op == "EXIT":
+        return [i + 1] if predicated else []
+    if not op.startswith("BRA"):
+        return [i + 1]
+    target = int(re.findall(r"0x([0-9a-f]+)", instrs[i])[-1], 16) // 16
+    # "BRA !P3, 0x..." carries its predicate as an operand; BRA.DIV / BRA.CONV test the warp.
+    conditional = predicated or "," in instrs[i] or op in ("BRA.DIV", "BRA.CONV")
+    return [i + 1, target] if conditional else [target]
+
+
+def shortest_path(instrs: list[str], start: int, end: int) -> list[int]:
+    """The fewest instructions from ``start`` to ``end`` through forward branches (a loop body
+    once): the path of the first warps to get there. [start .. end] straight when none."""
+    dist = {start: 0}
+    came: dict[int, int] = {}
+    for i in range(start, end):
+        if i not in dist:
+            continue
+        for nxt in _successors(instrs, i):
+            if i < nxt <= end and dist[i] + 1 < dist.get(nxt, len(instrs)):
+                dist[nxt], came[nxt] = dist[i] + 1, i
+    if end not in dist:
+        return list(range(start, end + 1))
+    path = [end]
+    while path[-1] != start:
+        path.append(came[path[-1]])
+    return path[::-1]
+
+
+def _l2_trips(instrs: list[str], controls: list[Control], path: list[int]) -> int:
+    """Waits on loads issued on the path since the previous such wait (loads issued together
+    and waited on together are one round trip)."""
+    pending: dict[int, list[int]] = {}
+    trips, last_trip = 0, -1
+    for i in path:
+        c = controls[i]
+        retired = [j for b in list(pending) if c.waits_on(b) for j in pending.pop(b)]
+        if any(j > last_trip for j in retired):
+            trips, last_trip = trips + 1, i
+        if c.write_barrier is not None and _is_load(instrs[i]):
+            pending.setdefault(c.write_barrier, []).append(i)
+    return trips
+
+
+def bubbles(
+    instrs: list[str], controls: list[Control], dram: list[bool], params: list[int | None]
+) -> list[Bubble]:
+    """Loads land in issue order, so waiting on the last DRAM load's barrier drains the SM."""
+    found: list[Bubble] = []
+    last_barrier: int | None = None
+    seen: set[int | None] = set()  # the tensors of every DRAM load before the drain
+    drained_at: int | None = None
+    for i in range(len(instrs)):
+        c = controls[i]
+        if last_barrier is not None and drained_at is None and c.waits_on(last_barrier):
+            drained_at = i
+        if not dram[i]:
+            continue
+        if drained_at is not None and params[i] not in seen:
+            path = shortest_path(instrs, drained_at, i)[:-1]
+            found.append(Bubble(drained_at, i, len(path), _l2_trips(instrs, controls, path)))
+        drained_at, last_barrier = None, c.write_barrier
+        seen.add(params[i])
+    return found
