@@ -1,16 +1,17 @@
 """A V100 PROJECTION (not a measurement) of the AWQ M1 op, calibrated on the host's kernels.
 
-    python -m tools.sm70proj [--json] [--latency-us 0.6] [--launch-gap-us G]
+    python -m tools.sm70proj [--json] [--latency-us 0.6] [--launch-gap-us G] [--write-shipped]
 
 No GPU, no nvcc. It reads two kinds of sm_70 machine code with the same tools:
 - the host's own M=1 kernels, shipped as sm_70 SASS in the registry's ReVolta 0.1.4 wheel
-  (vllm/_C.abi3.so), measured by their authors at 20.62 us (4-byte) / 21.53 us (3-byte) per
-  layer in a CUDA-graph probe: the calibration point;
+  (vllm/_C.abi3.so); their authors measured one layer in a CUDA-graph probe on a V100 at
+  20.62 us for the compact 3-byte launch (W13 cooperative reader, W2 scalar) and 21.53 us for
+  the scalar 3-byte one: the calibration points. No 4-byte host figure was ever measured;
 - ours, compiled here for sm_70 (the CI gate's NVRTC 12.8 + ptxas 12.8), and the read floor.
 Wheels are fetched by name (pip download --no-deps) into the user cache (tools/sm70proj/
 wheels.py); cuobjdump 12.8 comes from the triton 3.3.1 wheel (QPNSERVE_CUOBJDUMP overrides).
-The model (tools/sm70proj/model.py) and the kernel tables (tools/sm70proj/tables.py) say
-what each term is and where each constant comes from. The last line is the summary.
+The model (tools/sm70proj/model.py, scoreboard.py) and the kernel tables (tables.py) say what
+each term is and where each constant comes from. The last three lines are the summary.
 """
 
 from __future__ import annotations
@@ -22,39 +23,92 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import builds, model, tables
-from .model import NodeTerms
+from . import builds, model, shipped, tables
+from .model import Kernel, NodeTerms, SassStats
 
 FORMATS = ("3byte", "4byte")
 
 
-def project_format(fmt: str, workdir: Path, latency: float, gap: float) -> dict[str, object]:
-    host = tables.host_kernels(fmt)
-    host_bins = builds.host_binaries([k.symbol for k in host], workdir)
-    ours = tables.our_kernels(fmt)
-    our_bins = builds.our_binaries([k.symbol for k in ours], None, workdir, f"op-{fmt}")
-    rows: dict[str, list[NodeTerms]] = {"host": [], "ours": []}
-    for side, kernels, bins in (("host", host, host_bins), ("ours", ours, our_bins)):
-        for k in kernels:
-            b = bins[k.symbol]
-            k = dataclasses.replace(k, threads=k.threads or b.threads)
-            terms = model.project_node(k, builds.stats(b, k), latency, gap)
-            rows[side].append(terms)
-    total = sum(k.dram_bytes + k.prefetch_bytes for k in ours)
-    floor_bytes = sum(k.dram_bytes for k in ours)
-    floor = model.floor_node(floor_bytes, latency, gap)
-    design = model.project_single_launch(model.SingleLaunchDesign(), floor_bytes, latency, gap)
-    return {
-        "format": fmt,
-        "host": rows["host"],
-        "ours": rows["ours"],
-        "floor": floor,
-        "single_launch_design": design,
-        "ours_dram_bytes": total,
-        "host_us": sum(t.total_us for t in rows["host"]),
-        "ours_us": sum(t.total_us for t in rows["ours"]),
-        "measured_host_us": tables.HOST_MEASURED_US[fmt],
-    }
+@dataclasses.dataclass(frozen=True)
+class Assumptions:
+    """The constants no binary gives (model.py names their sources)."""
+
+    latency_us: float = model.DRAM_LATENCY_US
+    spread_us: float = model.HANDOFF_SPREAD_US
+    chain_clk: float = model.DEPENDENT_ISSUE_CLK
+
+
+# Their plausible bounds, for the range: loaded DRAM latency 0.4-0.8 us; first-to-last CTA at
+# the barrier 0-1 us; a chained instruction 2 cycles (the listings' stall counts average ~2.3)
+# to 4 (Volta's dependent-issue latency). The gap is refitted to the host's probes each time.
+RANGE = [
+    Assumptions(lat, spread, clk)
+    for lat in (0.4, 0.8)
+    for spread in (0.0, 1.0)
+    for clk in (2.0, 4.0)
+]
+
+Loaded = dict[str, list[tuple[Kernel, SassStats]]]
+
+
+def _read(kernels: list[Kernel], bins: dict[str, builds.Binary]) -> list[tuple[Kernel, SassStats]]:
+    out = []
+    for k in kernels:
+        b = bins[k.symbol]
+        k = dataclasses.replace(k, threads=k.threads or b.threads)
+        out.append((k, builds.stats(b, k)))
+    return out
+
+
+def load(workdir: Path) -> Loaded:
+    """Every kernel's SASS facts, read once: ours per format, the host's per build."""
+    loaded: Loaded = {}
+    for fmt in FORMATS:
+        ours = tables.our_kernels(fmt)
+        bins = builds.our_binaries([k.symbol for k in ours], None, workdir, f"op-{fmt}")
+        loaded[f"op-{fmt}"] = _read(ours, bins)
+    for key, build in tables.HOST_BUILDS.items():
+        host = tables.host_kernels(build)
+        loaded[f"host-{key}"] = _read(host, builds.host_binaries([k.symbol for k in host], workdir))
+    return loaded
+
+
+def project(loaded: Loaded, a: Assumptions, gap: float) -> dict[str, dict[str, object]]:
+    """Ours and the floor per format, the host's launches per build, all at one gap."""
+    out: dict[str, dict[str, object]] = {}
+    for key, facts in loaded.items():
+        rows = [
+            model.project_node(
+                k, s, a.latency_us, gap, spread_us=a.spread_us, chain_clk=a.chain_clk
+            )
+            for k, s in facts
+        ]
+        part: dict[str, object] = {"rows": rows, "us": sum(t.total_us for t in rows)}
+        if key.startswith("op-"):
+            dram = sum(k.dram_bytes for k, _ in facts)
+            part["floor"] = model.floor_node(dram, a.latency_us, gap)
+        else:
+            build = tables.HOST_BUILDS[key[len("host-") :]]
+            part.update(label=build.label, measured_us=build.measured_us)
+        out[key] = part
+    return out
+
+
+def fitted_gap(loaded: Loaded, a: Assumptions) -> float:
+    """Bodies first (gap 0), then the one per-node cost both measured probes share."""
+    bodies = project(loaded, a, 0.0)
+    measured = {k: b.measured_us for k, b in tables.HOST_BUILDS.items() if b.measured_us}
+    return model.fit_launch_gap(
+        [float(bodies[f"host-{k}"]["us"]) for k in measured],  # type: ignore[arg-type]
+        [float(m) for m in measured.values() if m],
+        nodes=2,
+    )
+
+
+def op_range(loaded: Loaded) -> tuple[float, float]:
+    """The 3-byte op's projection over the RANGE assumptions (min, max)."""
+    ops = [project(loaded, a, fitted_gap(loaded, a))["op-3byte"]["us"] for a in RANGE]
+    return min(ops), max(ops)  # type: ignore[type-var, return-value]
 
 
 def render_terms(t: NodeTerms) -> str:
@@ -66,29 +120,33 @@ def render_terms(t: NodeTerms) -> str:
     )
 
 
-def render(p: dict[str, object]) -> list[str]:
-    fmt, host_us, measured = p["format"], float(p["host_us"]), float(p["measured_host_us"])  # type: ignore[arg-type]
-    lines = [f"PROJECTION, {fmt}: V100-PCIe terms per graph node (us)"]
-    for key in ("host", "ours"):
-        lines.extend(render_terms(t) for t in p[key])  # type: ignore[attr-defined]
-    lines.append(render_terms(p["floor"]))  # type: ignore[arg-type]
-    lines.append(render_terms(p["single_launch_design"]))  # type: ignore[arg-type]
-    lines.append(
-        f"  host kernels {host_us:.2f} us projected against {measured:.2f} measured "
-        f"({(host_us / measured - 1) * 100:+.0f}%)"
-    )
+def render(p: dict[str, dict[str, object]]) -> list[str]:
+    lines = []
+    for key, part in p.items():
+        title = part.get("label") or f"the op, {key[3:]}"
+        lines.append(f"{key}: {title}")
+        lines.extend(render_terms(t) for t in part["rows"])  # type: ignore[attr-defined]
+        if "floor" in part:
+            lines.append(render_terms(part["floor"]))  # type: ignore[arg-type]
+        measured = part.get("measured_us")
+        if isinstance(measured, float):
+            us = float(part["us"])  # type: ignore[arg-type]
+            lines.append(
+                f"  projected {us:.2f} us against {measured:.2f} measured "
+                f"({(us / measured - 1) * 100:+.0f}%)"
+            )
     return lines
 
 
-def summary(p: dict[str, object]) -> str:
-    ours, floor = float(p["ours_us"]), p["floor"].total_us  # type: ignore[arg-type, attr-defined]
-    host = float(p["host_us"])  # type: ignore[arg-type]
-    measured = float(p["measured_host_us"])  # type: ignore[arg-type]
-    tag = "" if p["format"] == "4byte" else " (3-byte)"
-    return (
-        f"projected V100 us/layer{tag}: op {ours:.1f}, floor {floor:.1f}, host kernel {host:.1f} "
-        f"(measured {measured:.1f}), ratio Y/X = {host / ours:.2f}"
-    )
+def summary(p: dict[str, dict[str, object]]) -> list[str]:
+    """The projection's last lines: 4-byte, 20.62/X, then 3-byte (model against model)."""
+    figures = shipped.figures(p)
+    four, three = figures["4byte"], figures["3byte"]
+    return [
+        shipped.line(shipped.TAGS["4byte"], four),
+        f"20.62/X = {shipped.HOST_MEASURED_3BYTE_US / float(three['op_us'] or 1):.2f}",
+        shipped.line(shipped.TAGS["3byte"], three),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,20 +158,24 @@ def main(argv: list[str] | None = None) -> int:
                         "two measurements)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", type=Path, help="keep PTX, cubins and SASS in this folder")
+    parser.add_argument("--write-shipped", action="store_true",
+                        help=f"write the figures bench op prints to {shipped.SHIPPED}")  # fmt: skip
     args = parser.parse_args(argv)
+    a = Assumptions(latency_us=args.latency_us)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        gap = args.launch_gap_us
-        fitted = gap is None
-        if gap is None:  # bodies first (gap 0), then the one per-node cost both probes share
-            bodies = [project_format(f, workdir, args.latency_us, 0.0) for f in FORMATS]
-            gap = model.fit_launch_gap(
-                [float(p["host_us"]) for p in bodies],  # type: ignore[arg-type]
-                [tables.HOST_MEASURED_US[f] for f in FORMATS],
-                nodes=len(tables.host_kernels("4byte")),
-            )
-        results = [project_format(f, workdir, args.latency_us, gap) for f in FORMATS]
+        loaded = load(workdir)
+    gap = args.launch_gap_us
+    fitted = gap is None
+    if gap is None:
+        gap = fitted_gap(loaded, a)
+    result = project(loaded, a, gap)
+    low_us, high_us = op_range(loaded)
+    range_line = (
+        f"range of the 3-byte op over the assumptions (DRAM latency 0.4-0.8 us, barrier spread "
+        f"0-1 us, 2-4 cycles per chained instruction; gap refitted): {low_us:.1f}-{high_us:.1f} us"
+    )
     low, high = model.LAUNCH_GAP_BOUNDS_US
     how = "fitted to the host's 20.62 / 21.53 us" if fitted else "given"
     inside = "inside" if low <= gap <= high else "OUTSIDE"
@@ -121,14 +183,17 @@ def main(argv: list[str] | None = None) -> int:
         f"launch gap per graph node {gap:.2f} us ({how}; {inside} the published V100 range "
         f"{low}-{high} us), loaded DRAM latency {args.latency_us} us"
     )
+    if args.write_shipped:
+        doc = shipped.document(result, summary(result), gap, args.latency_us)
+        shipped.write({**doc, "op_3byte_range_us": [round(low_us, 1), round(high_us, 1)]})
     if args.json:  # stdout is the JSON alone; the summary goes to stderr
-        data = {"launch_gap_us": gap, "launch_gap_fitted": fitted, "formats": results}
+        data = {"launch_gap_us": gap, "launch_gap_fitted": fitted, "projection": result,
+                "op_3byte_range_us": [low_us, high_us]}  # fmt: skip
         print(json.dumps(data, indent=2, default=lambda o: o.to_json()))
-        print("\n".join(summary(p) for p in results), file=sys.stderr)
+        print("\n".join(summary(result)), file=sys.stderr)
         return 0
     print(gap_line)
-    for p in results:
-        print("\n".join(render(p)))
-    for p in results:
-        print(summary(p))  # the 4-byte line last
+    print("\n".join(render(result)))
+    print(range_line)
+    print("\n".join(summary(result)))
     return 0

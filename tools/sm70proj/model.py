@@ -25,6 +25,8 @@ One graph node (kernel) on a V100, as a one-wave kernel whose warps all start to
 
 A single-launch design pays one launch gap and one prologue, and a grid-wide hand-off (one
 store and one poll through L2, plus the spread between the first and the last CTA).
+The assumed constants (DRAM latency, hand-off spread, cycles per chained instruction) are
+arguments, so the CLI can give the projection as a range over their plausible bounds.
 """
 
 from __future__ import annotations
@@ -131,6 +133,9 @@ def project_node(
     latency_us: float = DRAM_LATENCY_US,
     launch_gap_us: float = LAUNCH_GAP_US,
     clock_mhz: float = CLOCK_MHZ,
+    *,
+    spread_us: float = HANDOFF_SPREAD_US,
+    chain_clk: float = DEPENDENT_ISSUE_CLK,
 ) -> NodeTerms:
     limit, _ = occupancy(s.registers, k.threads, s.smem_bytes)
     if limit == 0:
@@ -156,19 +161,19 @@ def project_node(
     issue = us(executed * warps * per_sm * waves / ISSUE_PER_SM_CLK, clock_mhz)
     issue_excess = max(0.0, issue - stream)
     prologue = us(s.prologue_l2_trips * L2_LATENCY_CLK, clock_mhz)
-    epilogue = us(s.epilogue_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
+    epilogue = us(s.epilogue_instructions * chain_clk, clock_mhz)
     # The work between the last DRAM load and the first wait on its barrier runs while the loads
     # that wait releases arrive: their real bytes for the SM's CTAs at the SM's share.
     tail_us = s.tail_bytes_per_cta * per_sm / (READ_GB_S * 1e3 / SMS)
-    handoff = k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + HANDOFF_SPREAD_US)
-    window = us(s.epilogue_overlap_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
+    handoff = k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + spread_us)
+    window = us(s.epilogue_overlap_instructions * chain_clk, clock_mhz)
     if s.handoff_in_overlap:
         window += handoff
     else:
         epilogue += handoff
     epilogue += max(0.0, window - tail_us)
     bubble = us(
-        s.bubble_instructions * DEPENDENT_ISSUE_CLK + s.bubble_l2_trips * L2_LATENCY_CLK,
+        s.bubble_instructions * chain_clk + s.bubble_l2_trips * L2_LATENCY_CLK,
         clock_mhz,
     )
     bubble += s.bubbles * latency_us
@@ -192,47 +197,6 @@ def floor_node(
     at_ceiling = dram_bytes / (READ_GB_S * 1e3)
     terms = NodeTerms("read floor", 0, 1.0, launch_gap_us, 0.0, latency_us + at_ceiling, 0, 0, "bw")
     terms.total_us = launch_gap_us + terms.stream_us
-    return terms
-
-
-@dataclass(frozen=True)
-class SingleLaunchDesign:
-    """The issue's V100 direction: one launch, 80 co-resident CTAs, even bytes per SM."""
-
-    ctas: int = SMS
-    threads: int = 256
-    dram_bytes_in_flight: int = 128  # per thread: 8 x 16-byte loads issued before first use
-    prologue_l2_trips: int = 1  # ids, then every weight address is known
-    epilogue_instructions: int = 150  # W2 combine of one CTA's columns after the hand-off
-    handoff_l2_trips: int = HANDOFF_L2_TRIPS
-    handoff_spread_us: float = HANDOFF_SPREAD_US
-
-
-def project_single_launch(
-    d: SingleLaunchDesign,
-    dram_bytes: int,
-    latency_us: float = DRAM_LATENCY_US,
-    launch_gap_us: float = LAUNCH_GAP_US,
-) -> NodeTerms:
-    """W2 loads are issued right after the W13 loads, so the hand-off only delays W2's math."""
-    per_thread = dram_bytes / (d.ctas * d.threads)
-    rounds = per_thread / d.dram_bytes_in_flight
-    at_ceiling = dram_bytes / (READ_GB_S * 1e3)
-    stream = max(latency_us + at_ceiling, rounds * latency_us)
-    handoff = us(d.handoff_l2_trips * L2_LATENCY_CLK) + d.handoff_spread_us
-    terms = NodeTerms(
-        "single launch (design)",
-        1,
-        rounds,
-        launch_gap_us,
-        us(d.prologue_l2_trips * L2_LATENCY_CLK),
-        stream,
-        0.0,
-        us(d.epilogue_instructions * DEPENDENT_ISSUE_CLK) + handoff,
-        "bandwidth" if latency_us + at_ceiling >= rounds * latency_us else "latency rounds",
-    )
-    terms.notes.append(f"hand-off {handoff:.2f} us is in the epilogue term")
-    terms.total_us = launch_gap_us + terms.prologue_us + stream + terms.epilogue_us
     return terms
 
 

@@ -9,6 +9,8 @@ W13_DRAM + W2_DRAM and handoffs=1 (the grid-wide h hand-off's cost is added to i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from qpnserve.benchop.route_bytes import route_bytes
 from qpnserve.geometry import TOP_K
 
@@ -53,18 +55,41 @@ def our_kernels(fmt: str) -> list[Kernel]:
     ]  # fmt: skip
 
 
-# The host's kernels (namespace of awq_qpn_m1_sm70.cu in ReVolta 0.1.4's _C.abi3.so). Template
-# 2 is the 4-byte form (W13: 600 instructions, 80 HMMA); the scalar 3-byte reader is 3 (byte
-# loads of the metadata in both kernels); W13 template 1 is the cooperative 3-byte reader.
-HOST_TEMPLATE = {"4byte": 2, "3byte": 3}
-HOST_MEASURED_US = {"4byte": 20.62, "3byte": 21.53}
+# The host's kernels (namespace of awq_qpn_m1_sm70.cu in ReVolta 0.1.4's _C.abi3.so), by their
+# metadata-format template: 2 the 4-byte form (W13: 600 instructions, 80 HMMA); 1 the W13
+# cooperative 3-byte reader (24 32-bit loads per warp, shuffled into records: 12 SHFL, no byte
+# load); 0 and 3 scalar 3-byte readers (byte loads). The origin's source launches a compact
+# layer as launch<1, 0> (W13 cooperative, W2 scalar) and a 4-byte one as launch<2, 2>.
 
 
-def host_kernels(fmt: str) -> list[Kernel]:
-    t = HOST_TEMPLATE[fmt]
+@dataclass(frozen=True)
+class HostBuild:
+    """One host launch (W13 kernel + W2 kernel) and what its authors measured for it."""
+
+    label: str
+    fmt: str
+    w13_template: int
+    w2_template: int
+    # One layer in a CUDA-graph probe on a V100, from the origin's design notes
+    # (docs/design/sm70_awq_qpn_m1.md at the host's a223f04); None: never measured.
+    measured_us: float | None
+
+
+HOST_BUILDS = {
+    # "20.6160 us for the cooperative build": the compact 3-byte launch the host ships.
+    "3byte": HostBuild("compact 3-byte launch (W13 cooperative, W2 scalar)", "3byte", 1, 0, 20.616),
+    # "21.5280 us for scalar 3-byte W13/W2": the cooperative layer changed only W13's reads.
+    "3byte-scalar": HostBuild("scalar 3-byte (W13 and W2 scalar)", "3byte", 3, 0, 21.528),
+    # No 4-byte host figure was ever measured (the 4-byte results there are full-model tok/s).
+    "4byte": HostBuild("4-byte launch", "4byte", 2, 2, None),
+}
+
+
+def host_kernels(build: HostBuild) -> list[Kernel]:
+    fmt, t13, t2 = build.fmt, build.w13_template, build.w2_template
     return [
-        Kernel("host W13 (10,10)", f"shared_qpn_w13_kernelILi{t}E", 100, 512, _w13(fmt), HOST_DRAM,
-               param_bytes=_w13_params(fmt, *HOST_DRAM)),
-        Kernel("host W2 80", f"shared_qpn_w2_reduce_kernelILi{t}E", 80, 320, _w2(fmt), HOST_DRAM,
-               param_bytes=_w2_params(fmt, *HOST_DRAM)),
+        Kernel("host W13 (10,10)", f"shared_qpn_w13_kernelILi{t13}E", 100, 512, _w13(fmt),
+               HOST_DRAM, param_bytes=_w13_params(fmt, *HOST_DRAM)),
+        Kernel("host W2 80", f"shared_qpn_w2_reduce_kernelILi{t2}E", 80, 320, _w2(fmt),
+               HOST_DRAM, param_bytes=_w2_params(fmt, *HOST_DRAM)),
     ]  # fmt: skip
