@@ -9,8 +9,9 @@
 //      not get a CTA of their own (routes 8 and 9), all 2560 k; loads issued first.
 //   2. W13 unit (tile c % 10, route c / 10): unit A (w13_swiglu_unit, m8n8k4), h to
 //      intermediate.
-//   3. W2 of output tile c, all routes: issued right after the W13 unit, so its 2.56 MB streams
-//      while the strip finishes and h is exchanged.
+//   3. W2 of output tile c, all routes: issued right after the W13 unit and after the strip's
+//      registers are settled (Strip::settle), so its 2.56 MB streams while the strip finishes
+//      and h is exchanged, and nothing before the grid barrier waits on W2's bytes.
 //   4. The strip's h (SIMT FP32 FMAs on the HFMA2-dequantized weights, a fixed reduction order),
 //      then the grid barrier: every h of the layer is in intermediate (L2) after it.
 //   5. w2_tile_unit on tile c: y_route, then the route combine into out.
@@ -89,7 +90,16 @@ struct Strip {
     quarter = cta % kV100Strips;
     const int e = a.ids[route];
     valid = route_is_valid(e, a.num_experts);
-    if (!valid) return;
+    if (!valid) {
+      // Zeros, so that settle() reads defined registers and finish() adds nothing.
+#pragma unroll
+      for (int i = 0; i < kStripItems; ++i) {
+        codes[i] = make_uint4(0u, 0u, 0u, 0u);
+        meta[i] = codes[i];
+        xv[i] = codes[i];
+      }
+      return;
+    }
     const int col = tile * kTile + quarter * kStripCols + 4 * (threadIdx.x & 1);
     const unsigned* words = a.w13 + static_cast<long long>(e) * kWords13 + tile * kRows13 * kTile +
                             quarter * kStripCols + 4 * (threadIdx.x & 1);
@@ -109,6 +119,25 @@ struct Strip {
       }
       xv[i] = __ldg(reinterpret_cast<const uint4*>(a.x) + r);
     }
+  }
+
+  // Wait for the strip's loads here, before the W2 loads are issued. On sm_70 the compiler may
+  // put the strip's loads and W2's on one scoreboard, and a wait on it is a wait for every load
+  // it counts: the strip's first use after the W2 issue then stalls until W2's bytes land, and
+  // the strip and the grid barrier no longer hide behind W2's flight
+  // (tests/kernels/test_sm70_scoreboard.py reads that from the SASS). A store of all the
+  // strip's words (folded into one) consumes them; the warp sync keeps the W2 loads after it.
+  __device__ __forceinline__ void settle() const {
+    __shared__ volatile unsigned sink[kV100Threads];  // volatile: the store stays
+    unsigned folded = 0u;
+#pragma unroll
+    for (int i = 0; i < kStripItems; ++i) {
+      folded ^= codes[i].x ^ codes[i].y ^ codes[i].z ^ codes[i].w;
+      folded ^= meta[i].x ^ meta[i].y ^ meta[i].z ^ meta[i].w;
+      folded ^= xv[i].x ^ xv[i].y ^ xv[i].z ^ xv[i].w;
+    }
+    sink[threadIdx.x] = folded;
+    __syncwarp();
   }
 
   __device__ __forceinline__ static int row(int i) {
@@ -238,6 +267,7 @@ __global__ void __launch_bounds__(kV100Threads, 1) v100_moe_kernel(MoeArgs a) {
   const int cta = blockIdx.x;
   Strip<kMeta3> strip(a, cta);
   w13_swiglu_unit<kMeta3, true, kV100Warps, kStoreH>(a, cta % kTiles13, cta / kTiles13);
+  strip.settle();
   w2_tile_unit<kMeta3>(a, cta, [&strip, &a]() {
     strip.finish(a);
     grid_barrier();  // every h store of the grid is visible after it
