@@ -147,3 +147,40 @@ def test_the_bubble_takes_the_path_of_the_first_warps_through_forward_branches()
     # A branch with its predicate as an operand may fall through too; an unconditional one not.
     assert scoreboard.shortest_path([*instrs[:1], "BRA !P3, 0x50", *instrs[2:]], 0, 5) == [0, 1, 5]
     assert scoreboard.shortest_path([*instrs[:1], "BRA 0x30", *instrs[2:]], 0, 5) == [0, 1, 3, 4, 5]
+
+
+# After the strip fix (1162b12): the W2 loads' barrier SB4 is named first by a CALL that
+# BRA.CONV jumps over when the warp is converged (__syncwarp's slow path), then by the grid
+# barrier's poll, which needs the ATOM's result: the ATOM shares SB4 with the W2 loads.
+BARRIER = """
+        Function : _Z7barrierv
+        /*0000*/                   LDG.E.EF.128.SYS R36, [R2+0xa000] ;      /* 0x00a0000002247381 */
+                                                                            /* 0x00012400000eed00 */
+        /*0010*/                   BRA.CONV 0x30 ;                          /* 0x0000003300007947 */
+                                                                            /* 0x000fea0003800000 */
+        /*0020*/                   CALL.REL.NOINC 0x9060 ;                  /* 0x0000350000007944 */
+                                                                            /* 0x030fea0003c00000 */
+        /*0030*/                   ATOM.E.ADD.STRONG.GPU PT, R13, [R2+0x4], R13 ; /* 0x0000040d0 */
+                                                                            /* 0x00012800001f41ff */
+        /*0040*/                   LD.E.STRONG.GPU R12, [R2+0x4] ;          /* 0x00000004020c7980 */
+                                                                            /* 0x000ea40000114900 */
+        /*0050*/                   LOP3.LUT R14, R12, R13, RZ, 0x3c, !PT ;  /* 0x0000000d0c0e7212 */
+                                                                            /* 0x014fe200078e3cff */
+        /*0060*/                   EXIT ;                                   /* 0x000000000000794d */
+                                                                            /* 0x000fea0003800000 */
+"""
+
+
+def test_a_slow_path_call_branched_over_is_not_where_the_warp_stops() -> None:
+    instrs = sass.parse_listing(BARRIER)["_Z7barrierv"]
+    controls = scoreboard.parse_controls(BARRIER)["_Z7barrierv"]
+    assert controls[2].wait_mask == 0b110000 and controls[3].write_barrier == 4
+    assert scoreboard.slow_path_calls(instrs) == {2}
+    t = scoreboard.tail(instrs, controls, [True, False, False, False, False, False, False])
+    # The poll's compare (SB2 for the LD, SB4 for the ATOM's result and the W2 load).
+    assert t == scoreboard.Tail(last_load=0, wait_at=5, exit_at=6, loads_waited=(0,))
+
+
+def test_an_unconditional_call_is_not_a_slow_path() -> None:
+    instrs = ["IADD3 R1, R1, 0x1, RZ", "CALL.REL.NOINC 0x9060", "EXIT"]
+    assert scoreboard.slow_path_calls(instrs) == frozenset()

@@ -168,7 +168,10 @@ def project_node(
     handoff = k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + spread_us)
     window = us(s.epilogue_overlap_instructions * chain_clk, clock_mhz)
     if s.handoff_in_overlap:
+        # Arrival and polling run in the window; the poll that sees the flip reads L2 once more
+        # after the wait (its first read was issued before the bytes landed).
         window += handoff
+        epilogue += k.handoffs * us(L2_LATENCY_CLK, clock_mhz)
     else:
         epilogue += handoff
     epilogue += max(0.0, window - tail_us)

@@ -66,14 +66,38 @@ def parse_controls(text: str) -> dict[str, list[Control]]:
     return functions
 
 
-def first_wait(controls: list[Control], after: int, barrier: int, end: int | None = None) -> int:
+def first_wait(
+    controls: list[Control],
+    after: int,
+    barrier: int,
+    end: int | None = None,
+    skip: frozenset[int] = frozenset(),
+) -> int:
     """Index of the first instruction after ``after`` that waits on ``barrier`` (``end`` or the
-    listing's length when none does)."""
+    listing's length when none does), not counting the instructions in ``skip``."""
     stop = len(controls) if end is None else end
     for j in range(after + 1, stop):
-        if controls[j].waits_on(barrier):
+        if controls[j].waits_on(barrier) and j not in skip:
             return j
     return stop
+
+
+def slow_path_calls(instrs: list[str]) -> frozenset[int]:
+    """CALLs that a conditional branch just before them jumps over. ptxas makes a CALL wait on
+    every outstanding barrier (the callee allocates its own); the CALLs it branches around are
+    slow paths (the IEEE division's when FCHK flags its operands; __syncwarp's when the warp
+    has diverged, skipped by BRA.CONV when converged), not issued on the common path."""
+    found = set()
+    for i, ins in enumerate(instrs):
+        if not sass.opcode(ins).startswith("CALL"):
+            continue
+        for j in range(max(0, i - 4), i):
+            op = sass.opcode(instrs[j])
+            conditional = instrs[j].startswith("@") or op in ("BRA.CONV", "BRA.DIV")
+            targets = re.findall(r"0x([0-9a-f]+)", instrs[j])
+            if op.startswith("BRA") and conditional and targets and int(targets[-1], 16) // 16 > i:
+                found.add(i)
+    return frozenset(found)
 
 
 @dataclass(frozen=True)
@@ -106,11 +130,12 @@ def tail(instrs: list[str], controls: list[Control], dram: list[bool]) -> Tail |
     exit_at = _exit_after(instrs, last + 1)
     if barrier is None:  # a load always sets one; without it nothing stops the warp early
         return Tail(last, exit_at, exit_at, (last,))
-    wait_at = first_wait(controls, last, barrier, exit_at)
+    slow = slow_path_calls(instrs)
+    wait_at = first_wait(controls, last, barrier, exit_at, slow)
     pending: dict[int, list[int]] = {}
     for i in range(wait_at):
         for b in list(pending):
-            if controls[i].waits_on(b):
+            if controls[i].waits_on(b) and i not in slow:
                 del pending[b]
         wb = controls[i].write_barrier
         if wb is not None and _is_load(instrs[i]):
