@@ -168,28 +168,6 @@ TORCH_LIBRARY(qpnserve, m) {
   m.def(
       "awq_moe_m1_out(Tensor(a!) out, Tensor(b!) intermediate, Tensor x, Tensor w13, "
       "Tensor s13, Tensor w2, Tensor s2, Tensor ids, Tensor weights) -> ()");
-  // Same, with the CUDA path pinned: 0 the device's default, 1 the V100 design (m8n8k4) on any
-  // GPU, so that it can be tested on newer ones; anything else raises. The CPU implementation
-  // has one path and takes both values.
-  m.def(
-      "awq_moe_m1_out_path(Tensor(a!) out, Tensor(b!) intermediate, Tensor x, Tensor w13, "
-      "Tensor s13, Tensor w2, Tensor s2, Tensor ids, Tensor weights, int path) -> ()");
 }
 
-namespace {
-void awq_moe_m1_out_path_cpu(at::Tensor& out, at::Tensor& intermediate, const at::Tensor& x,
-                             const at::Tensor& w13, const at::Tensor& s13, const at::Tensor& w2,
-                             const at::Tensor& s2, const at::Tensor& ids,
-                             const at::Tensor& weights, int64_t path) {
-  TORCH_CHECK(path == 0 || path == 1,
-              "awq_moe_m1_out_path: path must be 0 (the device's default) or 1 (the V100 "
-              "design), got ",
-              qpn_text::num(path));
-  qpnserve::awq_moe_m1_out_cpu(out, intermediate, x, w13, s13, w2, s2, ids, weights);
-}
-}  // namespace
-
-TORCH_LIBRARY_IMPL(qpnserve, CPU, m) {
-  m.impl("awq_moe_m1_out", &qpnserve::awq_moe_m1_out_cpu);
-  m.impl("awq_moe_m1_out_path", &awq_moe_m1_out_path_cpu);
-}
+TORCH_LIBRARY_IMPL(qpnserve, CPU, m) { m.impl("awq_moe_m1_out", &qpnserve::awq_moe_m1_out_cpu); }

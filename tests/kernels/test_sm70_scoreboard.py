@@ -43,11 +43,15 @@ def cuobjdump() -> Path:
     return root / "triton/backends/nvidia/bin/cuobjdump"
 
 
-def sm70_listing(tmp: Path, defines: tuple[str, ...] = ()) -> dict[str, list[volta_sass.Instr]]:
-    """The shipped kernels for sm_70 as cuobjdump lists them, by name expression."""
+def sm70_listing(
+    tmp: Path, defines: tuple[str, ...] = (), csrc: Path | None = None
+) -> dict[str, list[volta_sass.Instr]]:
+    """The kernels of csrc/ (or a copy of it) for sm_70 as cuobjdump lists them, by name
+    expression."""
     source = f'#include "{sm70_gate.HEADER}"\n'.encode()
     ptx, lowered = sm70_gate.nvrtc_compile(source, "scoreboard.cu", list(KERNELS.values()), "70",
-                                           defines)  # fmt: skip
+                                           defines, csrc)  # fmt: skip
+    tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "k.ptx").write_text(ptx)
     ptxas = sm70_gate._nvidia_dir("cuda_nvcc") / "bin" / "ptxas"
     subprocess.run([str(ptxas), "-arch=sm_70", "-O3", "-o", str(tmp / "k.cubin"),

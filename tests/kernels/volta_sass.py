@@ -73,12 +73,13 @@ def skipped_call(instrs: list[Instr], at: int) -> bool:
     """Whether instrs[at] is a subroutine CALL that a branch just before it jumps over.
 
     ptxas waits on every outstanding scoreboard before a CALL (the callee allocates its own).
-    The calls before the barrier are slow paths: the IEEE division's when FCHK flags its
-    operands, and __syncwarp's when the warp has diverged; each sits behind a conditional
-    branch (``@!P BRA`` past it, or ``BRA.CONV`` when converged) and is not issued otherwise."""
+    The calls before the barrier are cold paths: the IEEE division's when FCHK flags its
+    operands, __syncwarp's when the warp has diverged, and the barrier's trap message (printf)
+    on a null workspace; each sits behind a conditional branch at most 16 instructions before
+    it (``@P BRA`` past it, or ``BRA.CONV`` when converged) and is not issued otherwise."""
     if not instrs[at].opcode.startswith("CALL"):
         return False
-    for x in instrs[max(0, at - 4) : at]:
+    for x in instrs[max(0, at - 16) : at]:
         m = _BRANCH_TARGET.search(x.text)
         conditional = x.text.startswith("@") or x.opcode.startswith("BRA.CONV")
         if m and conditional and int(m.group(1), 16) > instrs[at].addr:
