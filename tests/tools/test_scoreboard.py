@@ -184,3 +184,20 @@ def test_a_slow_path_call_branched_over_is_not_where_the_warp_stops() -> None:
 def test_an_unconditional_call_is_not_a_slow_path() -> None:
     instrs = ["IADD3 R1, R1, 0x1, RZ", "CALL.REL.NOINC 0x9060", "EXIT"]
     assert scoreboard.slow_path_calls(instrs) == frozenset()
+
+
+def test_a_printf_before_a_trap_is_off_the_common_path() -> None:
+    # The grid barrier's null-workspace check (70163d4): "@P0 BRA" past vprintf and BPT.TRAP.
+    instrs = [
+        "@P0 BRA 0x70",  # 0x70 / 16 = instruction 7, past the trap
+        "MOV R0, 0x0",
+        "LDC.64 R8, c[0x4][R0]",
+        "LEPC R10",
+        "MOV R3, 0x6250",
+        "CALL.ABS.NOINC R8",
+        "BPT.TRAP 0x1",
+        "S2R R3, SR_CTAID.X",
+    ]
+    assert scoreboard.slow_path_calls(instrs) == {5}
+    # The nearest branch before the CALL decides: one landing before it does not skip it.
+    assert scoreboard.slow_path_calls(["@P0 BRA 0x20", *instrs[1:]]) == frozenset()

@@ -83,20 +83,25 @@ def first_wait(
 
 
 def slow_path_calls(instrs: list[str]) -> frozenset[int]:
-    """CALLs that a conditional branch just before them jumps over. ptxas makes a CALL wait on
-    every outstanding barrier (the callee allocates its own); the CALLs it branches around are
-    slow paths (the IEEE division's when FCHK flags its operands; __syncwarp's when the warp
-    has diverged, skipped by BRA.CONV when converged), not issued on the common path."""
+    """CALLs that the nearest branch before them jumps over when its condition holds. ptxas
+    makes a CALL wait on every outstanding barrier (the callee allocates its own); the CALLs it
+    branches around are slow or error paths (the IEEE division's when FCHK flags its operands;
+    __syncwarp's when the warp has diverged, skipped by BRA.CONV when converged; the printf
+    before a trap), not issued on the common path."""
     found = set()
     for i, ins in enumerate(instrs):
         if not sass.opcode(ins).startswith("CALL"):
             continue
-        for j in range(max(0, i - 4), i):
-            op = sass.opcode(instrs[j])
-            conditional = instrs[j].startswith("@") or op in ("BRA.CONV", "BRA.DIV")
-            targets = re.findall(r"0x([0-9a-f]+)", instrs[j])
-            if op.startswith("BRA") and conditional and targets and int(targets[-1], 16) // 16 > i:
-                found.add(i)
+        j = i - 1
+        while j >= 0 and not sass.opcode(instrs[j]).startswith(("BRA", "EXIT", "CALL", "RET")):
+            j -= 1
+        if j < 0 or not sass.opcode(instrs[j]).startswith("BRA"):
+            continue
+        op = sass.opcode(instrs[j])
+        conditional = instrs[j].startswith("@") or op in ("BRA.CONV", "BRA.DIV")
+        targets = re.findall(r"0x([0-9a-f]+)", instrs[j])
+        if conditional and targets and int(targets[-1], 16) // 16 > i:
+            found.add(i)
     return frozenset(found)
 
 
