@@ -193,3 +193,31 @@ def test_host_wheel_kernels_are_the_calibration_kernels(tmp_path) -> None:
     assert stats.dram_bytes_in_flight == 12  # two weight words and one metadata record
     assert stats.bubbles == 0  # one kernel streams one tensor pair: no phase change inside
     assert len(w13.controls) == len(w13.instrs)
+
+
+def test_measured_window_cycles_replace_the_chain_estimate() -> None:
+    k = model.Kernel("one", "one", 80, 320, 7_296_000, (3, 4, 5, 6), handoffs=1)
+    base = model.SassStats(140, 0, 2300, 300, 300, 1, 180, tail_bytes_per_cta=30_400,
+                           handoff_in_overlap=True, epilogue_overlap_instructions=400)  # fmt: skip
+    estimated = model.project_node(k, base, 0.6, 3.0)  # 400 x 4 cycles + hand-off: hidden
+    measured = model.project_node(k, base, 0.6, 3.0, window_cycles=3500)
+    # 3,500 cycles at 1380 MHz + the hand-off (2 L2 trips + 0.5 us) against 30,400 B at 850/80.
+    exposed = 3500 / 1380 + 2 * 193 / 1380 + 0.5 - 30_400 / (850e3 / 80)
+    assert measured.epilogue_us - estimated.epilogue_us == pytest.approx(exposed)
+
+
+def test_a_trace_gives_the_strip_and_arrival_cycles_of_its_format() -> None:
+    from tools.sm70proj import cli
+
+    doc = {
+        "kind": "qpnserve.op_trace",
+        "format": "3byte",
+        "findings": {"strip_after_w2_issue_cycles": 3000.0, "arrive_cost_cycles": 500.0},
+    }
+    assert cli.trace_window_cycles(doc) == ("3byte", 3500.0)
+    with pytest.raises(ValueError, match="not a bench op --trace file"):
+        cli.trace_window_cycles({"kind": "qpnserve.op_bench"})
+    no_barrier = {**doc, "findings": {"strip_after_w2_issue_cycles": 3000.0,
+                                      "arrive_cost_cycles": None}}  # fmt: skip
+    with pytest.raises(ValueError, match="no strip or arrival cycles"):
+        cli.trace_window_cycles(no_barrier)

@@ -36,6 +36,9 @@ class Assumptions:
     latency_us: float = model.DRAM_LATENCY_US
     spread_us: float = model.HANDOFF_SPREAD_US
     chain_clk: float = model.DEPENDENT_ISSUE_CLK
+    # format -> SM cycles of the op's work from W2 issue to the barrier's arrival, measured by a
+    # trace (bench op --trace on any GPU: cycles transfer, scaled by the V100's clock)
+    window_cycles: tuple[tuple[str, float], ...] = ()
 
 
 # Their plausible bounds, for the range: loaded DRAM latency 0.4-0.8 us; the barrier's cost beyond
@@ -77,13 +80,14 @@ def load(workdir: Path) -> Loaded:
 def project(loaded: Loaded, a: Assumptions, gap: float) -> dict[str, dict[str, object]]:
     """Ours and the floor per format, the host's launches per build, all at one gap."""
     out: dict[str, dict[str, object]] = {}
+    measured = dict(a.window_cycles)
     for key, facts in loaded.items():
+        window = measured.get(key[len("op-") :]) if key.startswith("op-") else None
         rows = [
-            model.project_node(
-                k, s, a.latency_us, gap, spread_us=a.spread_us, chain_clk=a.chain_clk
-            )
+            model.project_node(k, s, a.latency_us, gap, spread_us=a.spread_us,
+                               chain_clk=a.chain_clk, window_cycles=window)
             for k, s in facts
-        ]
+        ]  # fmt: skip
         part: dict[str, object] = {"rows": rows, "us": sum(t.total_us for t in rows)}
         if key.startswith("op-"):
             dram = sum(k.dram_bytes for k, _ in facts)
@@ -150,6 +154,20 @@ def summary(p: dict[str, dict[str, object]]) -> list[str]:
     ]
 
 
+def trace_window_cycles(doc: dict[str, object]) -> tuple[str, float]:
+    """(format, SM cycles from W2 issue to the barrier's arrival) from a `bench op --trace` file:
+    the strip's finish and the arrival, counted in the SM's own cycles (they transfer to a V100
+    scaled by its clock; the trace's ns figures (barrier release, spreads) depend on DRAM, L2
+    and the launch and do not)."""
+    if doc.get("kind") != "qpnserve.op_trace":
+        raise ValueError("not a bench op --trace file (kind qpnserve.op_trace)")
+    f = doc["findings"]
+    strip, arrive = f["strip_after_w2_issue_cycles"], f["arrive_cost_cycles"]  # type: ignore[index]
+    if strip is None or arrive is None:
+        raise ValueError("the trace has no strip or arrival cycles (a run without the barrier?)")
+    return str(doc["format"]), float(strip) + float(arrive)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--latency-us", type=float, default=model.DRAM_LATENCY_US,
@@ -161,8 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep PTX, cubins and SASS in this folder")
     parser.add_argument("--write-shipped", action="store_true",
                         help=f"write the figures bench op prints to {shipped.SHIPPED}")  # fmt: skip
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        action="append",
+        default=[],
+        help="a bench op --trace JSON: project with its SM cycles too",
+    )
     args = parser.parse_args(argv)
     a = Assumptions(latency_us=args.latency_us)
+    try:
+        traced = [trace_window_cycles(json.loads(t.read_text())) for t in args.trace]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: --trace: {exc}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -173,6 +203,15 @@ def main(argv: list[str] | None = None) -> int:
         gap = fitted_gap(loaded, a)
     result = project(loaded, a, gap)
     low_us, high_us = op_range(loaded)
+    trace_lines = []
+    for fmt, cycles in traced:
+        with_trace = project(loaded, dataclasses.replace(a, window_cycles=((fmt, cycles),)), gap)
+        trace_lines.append(
+            f"with the trace's SM cycles, W2 issue to arrival {cycles:.0f} cycles = "
+            f"{model.us(cycles):.2f} us at {model.CLOCK_MHZ:.0f} MHz: {fmt} op "
+            f"{float(with_trace[f'op-{fmt}']['us']):.2f} us (without: "  # type: ignore[arg-type]
+            f"{float(result[f'op-{fmt}']['us']):.2f} us)"  # type: ignore[arg-type]
+        )
     range_line = (
         f"range of the 3-byte op over the assumptions (DRAM latency 0.4-0.8 us, barrier spread "
         f"0-3 us, 2-4 cycles per chained instruction; gap refitted): {low_us:.1f}-{high_us:.1f} us"
@@ -196,5 +235,5 @@ def main(argv: list[str] | None = None) -> int:
     print(gap_line)
     print("\n".join(render(result)))
     print(range_line)
-    print("\n".join(summary(result)))
+    print("\n".join([*trace_lines, *summary(result)]))
     return 0

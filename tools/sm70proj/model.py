@@ -136,7 +136,10 @@ def project_node(
     *,
     spread_us: float = HANDOFF_SPREAD_US,
     chain_clk: float = DEPENDENT_ISSUE_CLK,
+    window_cycles: float | None = None,
 ) -> NodeTerms:
+    """window_cycles: the SM cycles the work between the last DRAM load and the first wait on
+    its barrier was MEASURED to take (a trace), instead of its chain estimate from the SASS."""
     limit, _ = occupancy(s.registers, k.threads, s.smem_bytes)
     if limit == 0:
         raise ValueError(f"{k.label}: a CTA does not fit on a V100 SM")
@@ -167,6 +170,8 @@ def project_node(
     tail_us = s.tail_bytes_per_cta * per_sm / (READ_GB_S * 1e3 / SMS)
     handoff = k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + spread_us)
     window = us(s.epilogue_overlap_instructions * chain_clk, clock_mhz)
+    if window_cycles is not None:
+        window = us(window_cycles, clock_mhz)
     if s.handoff_in_overlap:
         # Arrival and polling run in the window; the poll that sees the flip reads L2 once more
         # after the wait (its first read was issued before the bytes landed).
