@@ -155,17 +155,17 @@ def summary(p: dict[str, dict[str, object]]) -> list[str]:
 
 
 def trace_window_cycles(doc: dict[str, object]) -> tuple[str, float]:
-    """(format, SM cycles from W2 issue to the barrier's arrival) from a `bench op --trace` file:
-    the strip's finish and the arrival, counted in the SM's own cycles (they transfer to a V100
-    scaled by its clock; the trace's ns figures (barrier release, spreads) depend on DRAM, L2
-    and the launch and do not)."""
+    """(format, SM cycles of the strip's finish after the W2 issue) from a `bench op --trace`
+    file. Only intervals the SM spends issuing its own instructions transfer to a V100, scaled
+    by its clock (a lower bound there: sm_90's SASS is not sm_70's, and a V100 SM has half the
+    FP32 lanes). The arrival (fence + atomic) waits on L2, and the trace's ns figures (release,
+    spreads) on DRAM, L2 and the launch: those stay the model's hand-off term."""
     if doc.get("kind") != "qpnserve.op_trace":
         raise ValueError("not a bench op --trace file (kind qpnserve.op_trace)")
-    f = doc["findings"]
-    strip, arrive = f["strip_after_w2_issue_cycles"], f["arrive_cost_cycles"]  # type: ignore[index]
-    if strip is None or arrive is None:
-        raise ValueError("the trace has no strip or arrival cycles (a run without the barrier?)")
-    return str(doc["format"]), float(strip) + float(arrive)
+    strip = doc["findings"]["strip_after_w2_issue_cycles"]  # type: ignore[index]
+    if strip is None:
+        raise ValueError("the trace has no strip cycles")
+    return str(doc["format"]), float(strip)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     for fmt, cycles in traced:
         with_trace = project(loaded, dataclasses.replace(a, window_cycles=((fmt, cycles),)), gap)
         trace_lines.append(
-            f"with the trace's SM cycles, W2 issue to arrival {cycles:.0f} cycles = "
+            f"with the trace's SM cycles, the strip after the W2 issue {cycles:.0f} cycles = "
             f"{model.us(cycles):.2f} us at {model.CLOCK_MHZ:.0f} MHz: {fmt} op "
             f"{float(with_trace[f'op-{fmt}']['us']):.2f} us (without: "  # type: ignore[arg-type]
             f"{float(result[f'op-{fmt}']['us']):.2f} us)"  # type: ignore[arg-type]

@@ -139,7 +139,8 @@ def project_node(
     window_cycles: float | None = None,
 ) -> NodeTerms:
     """window_cycles: the SM cycles the work between the last DRAM load and the first wait on
-    its barrier was MEASURED to take (a trace), instead of its chain estimate from the SASS."""
+    its barrier was MEASURED to take (a trace's strip), instead of its chain estimate from the
+    SASS; a grid hand-off there keeps its own term."""
     limit, _ = occupancy(s.registers, k.threads, s.smem_bytes)
     if limit == 0:
         raise ValueError(f"{k.label}: a CTA does not fit on a V100 SM")
