@@ -44,7 +44,7 @@ def _w2_params(fmt: str, codes: int, meta: int) -> tuple[tuple[int, int], ...]:
 
 
 def our_kernels(fmt: str) -> list[Kernel]:
-    """The shipped sm_70 path, the V100 design (csrc/awq_moe_m1_sm70.cuh): one cooperative
+    """The shipped sm_70 path, the V100 design (csrc/awq_moe_m1_v100.cuh): one cooperative
     launch of 80 co-resident CTAs, each streaming 1/80 of the layer's 7.68 MB (W13 and W2, no
     L2 prefetch), with one grid-wide hand-off of h between W13 and W2."""
     meta3 = "true" if fmt == "3byte" else "false"
