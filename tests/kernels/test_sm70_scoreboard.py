@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -38,8 +37,7 @@ def cuobjdump() -> Path:
         return Path(explicit)
     if os.environ.get("QPNSERVE_NO_NETWORK") == "1":
         pytest.skip("QPNSERVE_NO_NETWORK=1 and no QPNSERVE_CUOBJDUMP: no sm_70 disassembler")
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from sm70proj import wheels
+    from tools.sm70proj import wheels
 
     root = wheels.extract(wheels.fetch(wheels.TRITON), "triton/backends/nvidia/bin/")
     return root / "triton/backends/nvidia/bin/cuobjdump"
