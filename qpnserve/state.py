@@ -90,6 +90,8 @@ class RunningState(BaseModel):
     log_path: str
     report_dir: str
     ready_at: datetime | None = None
+    # Whether the server got an API key (VLLM_API_KEY); the key itself is never recorded.
+    api_key_set: bool = False
 
     @property
     def base_url(self) -> str:

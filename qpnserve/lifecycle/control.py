@@ -150,13 +150,27 @@ def _route_text(running: RunningState | None, route: RouteSummary | None) -> str
 
 
 def _probe_health(base_url: str, timeout_s: float) -> tuple[bool, str]:
+    """/health (never guarded by a key), then /v1/models with $VLLM_API_KEY: a 401 there is
+    said as a key problem, so `status` tells whether bench and verify will get through."""
     import httpx
+
+    from qpnserve.auth import api_key_from_env, auth_headers, unauthorized_text
 
     try:
         resp = httpx.get(f"{base_url}/health", timeout=timeout_s)
     except httpx.HTTPError as exc:
         return False, f"/health: no answer ({type(exc).__name__})"
-    return resp.status_code == 200, f"/health: HTTP {resp.status_code}"
+    detail = f"/health: HTTP {resp.status_code}"
+    if resp.status_code != 200:
+        return False, detail
+    key = api_key_from_env()
+    try:
+        models = httpx.get(f"{base_url}/v1/models", timeout=timeout_s, headers=auth_headers(key))
+    except httpx.HTTPError as exc:
+        return True, f"{detail}; /v1/models: no answer ({type(exc).__name__})"
+    if models.status_code == 401:
+        return True, f"{detail}; {unauthorized_text(key, '/v1/models')}"
+    return True, f"{detail}; /v1/models: HTTP {models.status_code}"
 
 
 def restart_decision(

@@ -55,6 +55,14 @@ def plan_launch(
             installed_general_plugins() if installed_plugins is None else installed_plugins
         ),
     )
+    notes = replaced_env(base_env, env)
+    if opts.api_key is not None:
+        # vLLM lets --api-key win over the variable; moving the key keeps that precedence.
+        env[config.API_KEY.name] = opts.api_key
+        notes.append(
+            f"note: --api-key goes to the server as {config.API_KEY.name} (kept out of its argv, "
+            "its log and qpnserve's state)"
+        )
     argv = build_argv(
         python=default_python(),
         server_module=opts.server_module,
@@ -76,7 +84,7 @@ def plan_launch(
         root / "run",
         log_path,
         reports,
-        replaced_env(base_env, env),
+        notes,
     )
 
 
@@ -111,6 +119,7 @@ def starting_state(
         server_module=opts.server_module,
         log_path=str(plan.log_path),
         report_dir=str(plan.report_dir),
+        api_key_set=bool(plan.env.get(config.API_KEY.name)),
     )
 
 
