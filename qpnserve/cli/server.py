@@ -175,7 +175,8 @@ def render_status(report: StatusReport) -> str:
         lines.append("running:  no server")
     else:
         since = f"{r.started_at:%Y-%m-%d %H:%M:%S} UTC"
-        state = {"gone": "GONE (not running; record is stale)"}.get(report.server, report.server)
+        gone = "exited" + (f"; {report.exit_cause}" if report.exit_cause else "")
+        state = {"gone": f"GONE ({gone}; record is stale)"}.get(report.server, report.server)
         lines.append(f"running:  {state}, pid {r.pid}, since {since}, {r.base_url}")
         plugin = "in" if r.include_plugin else "out"
         host = f"{r.host_kind} {r.host_version or ''}".rstrip()
@@ -191,6 +192,9 @@ def render_status(report: StatusReport) -> str:
         lines.append(f"          log {r.log_path}")
         if report.group_pids:
             lines.append(f"          process group {r.pgid}: {len(report.group_pids)} processes")
+        if report.processes:
+            named = ", ".join(f"{p.pid} {p.title[:60]}" for p in report.processes)
+            lines.append(f"          processes: {named}")
         lines.append(f"health:   {report.health_detail or 'not probed'}")
         lines.append(f"route:    {report.route_text or '-'}")
     if report.restart_needed:

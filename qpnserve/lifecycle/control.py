@@ -12,7 +12,8 @@ from pydantic import BaseModel, Field
 from qpnserve import config
 from qpnserve.errors import QpnError
 from qpnserve.lifecycle.options import Progress, stderr_progress
-from qpnserve.lifecycle.procs import group_members, is_alive, stop_group
+from qpnserve.lifecycle.postmortem import ServerProcess, exit_cause, server_processes
+from qpnserve.lifecycle.procs import descendants, group_members, is_alive, log_tail, stop_group
 from qpnserve.lifecycle.route_check import RouteSummary, expected_moe_layers, summarize
 from qpnserve.route_report import read_reports
 from qpnserve.state import (
@@ -88,6 +89,8 @@ class StatusReport(BaseModel):
     running: RunningState | None
     server: ServerPhase
     group_pids: list[int] = Field(default_factory=list)  # live processes of the server's group
+    processes: list[ServerProcess] = Field(default_factory=list)  # the same, with their titles
+    exit_cause: str | None = None  # gone: which process died first, from the server's log
     healthy: bool | None = None  # None: not probed (nothing running)
     health_detail: str | None = None
     route: RouteSummary | None = None
@@ -121,6 +124,13 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
             route = summarize(reports, running.tp, expected_moe_layers(Path(running.model)))
         except QpnError as exc:
             health_detail = f"{health_detail or ''}; {exc.message}".lstrip("; ")
+    processes: list[ServerProcess] = []
+    cause: str | None = None
+    if running is not None:
+        pids = set(members) | ({s.pid for s in descendants(running.pid)} if alive else set())
+        processes = server_processes(sorted(pids), running.pid)
+        if phase == "gone":
+            cause = exit_cause(log_tail(Path(running.log_path), 400, 1024 * 1024), running.tp)
     needed, reasons = restart_decision(desired, running, phase)
     if phase == "gone" and members:
         reasons.append(f"pids {members} of its process group remain: `qpnserve down` stops them")
@@ -131,6 +141,8 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         running=running,
         server=phase,
         group_pids=members,
+        processes=processes,
+        exit_cause=cause,
         healthy=healthy,
         health_detail=health_detail,
         route=route,
