@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import typer
 
-from qpnserve.cli import bench, bench_op, build, check, fixture, server  # noqa: F401  (registers commands)
+from qpnserve.cli import (  # noqa: F401  (registers commands)
+    bench,
+    bench_op,
+    build,
+    check,
+    fixture,
+    report,
+    server,
+)
 from qpnserve.cli.app import app
 from qpnserve.errors import exit_codes_epilog
 
