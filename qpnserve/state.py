@@ -57,6 +57,8 @@ class DesiredState(BaseModel):
     port: int = 8000
     extra_args: list[str] = Field(default_factory=list)
     server_module: str | None = None  # None = the default host module
+    # The last server had an API key (never stored): a restart without one would serve openly.
+    api_key_set: bool = False
     updated_at: datetime = Field(default_factory=_now)
 
 

@@ -136,4 +136,5 @@ def desired_from(opts: UpOptions) -> DesiredState:
         server_module=None
         if opts.server_module == config.DEFAULT_SERVER_MODULE
         else opts.server_module,
+        api_key_set=opts.api_key is not None or bool(os.environ.get(config.API_KEY.name)),
     )

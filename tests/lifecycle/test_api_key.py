@@ -194,3 +194,22 @@ def test_up_refuses_an_api_key_without_value_and_starts_nothing(env: Env) -> Non
     assert result.exit_code == 2
     assert "error: --api-key after `--` needs a value" in result.stderr
     assert not env.server_json.exists()
+
+
+def test_rollback_restart_refuses_to_drop_the_key_it_does_not_store(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    assert cli("up", "--awq-m1", "--detach", "--", "--api-key", PLANTED_KEY).exit_code == 0
+    pid = json.loads(cli("status", "--json").stdout)["running"]["pid"]
+    result = cli("rollback", "--restart")
+    assert result.exit_code == 2
+    assert "cannot restart: the server was started with an API key" in result.stderr
+    assert json.loads(cli("status", "--json").stdout)["running"]["pid"] == pid  # still serving
+    monkeypatch.setenv("VLLM_API_KEY", PLANTED_KEY)
+    restarted = cli("rollback", "--restart")
+    assert restarted.exit_code == 0, restarted.stderr
+    new_pid = json.loads(cli("status", "--json").stdout)["running"]["pid"]
+    assert new_pid != pid and environ_of(new_pid)["VLLM_API_KEY"] == PLANTED_KEY
+    assert cli("down").exit_code == 0
+    assert files_holding(env.state, PLANTED_KEY) == []
