@@ -16,6 +16,9 @@ def report(
         None, "--out", help="Archive path (default: qpnserve-report-<UTC time>.tar.gz here)."
     ),
     log_lines: int = typer.Option(200, "--log-lines", help="Last lines of the server log."),
+    url: str | None = typer.Option(
+        None, "--url", help="Also a server qpnserve did not start (e.g. `vllm serve`)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Gather a bug report into one tar.gz: check --json, host, route values and their sources,
@@ -27,7 +30,7 @@ def report(
 
     if log_lines < 0:
         raise UsageError(f"--log-lines must be >= 0, got {log_lines}")
-    result = write_report(out, log_lines)
+    result = write_report(out, log_lines, url)
     if json_out:
         emit_json(result)
         return

@@ -214,3 +214,15 @@ def log_tail(path: Path, num_lines: int = 20, max_bytes: int = 64 * 1024) -> lis
     # tqdm-style progress bars rewrite one line with carriage returns: keep the last state.
     lines = [ln.rsplit("\r", 1)[-1] for ln in data.decode("utf-8", "replace").splitlines()]
     return [ln for ln in lines if ln.strip()][-num_lines:]
+
+
+def read_environ(pid: int | None) -> dict[str, str]:
+    """The environment ``pid`` started with ({} when gone or not readable: another user)."""
+    if pid is None:
+        return {}
+    try:
+        raw = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}

@@ -29,9 +29,11 @@ def default_out(now: datetime | None = None) -> Path:
     return Path.cwd() / f"qpnserve-report-{stamp}.tar.gz"
 
 
-def write_report(out: Path | None = None, log_lines: int = 200) -> ReportResult:
+def write_report(
+    out: Path | None = None, log_lines: int = 200, url: str | None = None
+) -> ReportResult:
     environ = dict(os.environ)
-    gathered = collect(environ, log_lines)
+    gathered = collect(environ, log_lines, url)
     _refuse_leftover_secrets(gathered.files, environ)
     target = (out or default_out()).expanduser().resolve()
     folder = target.name.removesuffix(".tar.gz").removesuffix(".tgz")

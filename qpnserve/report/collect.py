@@ -39,25 +39,26 @@ class Collected:
 
 def server_environ(pid: int | None) -> dict[str, str]:
     """The running server's environment (the same user may read it): its key is scrubbed too."""
-    if pid is None:
-        return {}
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+    from qpnserve.lifecycle.procs import read_environ
+
+    return read_environ(pid)
 
 
-def collect(environ: Mapping[str, str], log_lines: int = LOG_LINES) -> Collected:
+def collect(
+    environ: Mapping[str, str], log_lines: int = LOG_LINES, url: str | None = None
+) -> Collected:
+    """Everything, redacted. ``url``: also a server qpnserve did not start (`status --url`)."""
     from qpnserve.lifecycle.control import status
+    from qpnserve.lifecycle.remote import url_status
 
     out = Collected()
     report = status()
     running = report.running
     alive = report.server not in ("gone", "not running")
     server_env = server_environ(running.pid if running and alive else None)
-    secrets = secret_values(environ, server_env)
+    remote = url_status(url) if url else None
+    remote_env = server_environ(remote.listener_pid if remote else None)
+    secrets = secret_values(environ, server_env, remote_env)
 
     def keep(name: str, text: str) -> None:
         out.files[name] = redact_text(text, secrets)
@@ -68,6 +69,8 @@ def collect(environ: Mapping[str, str], log_lines: int = LOG_LINES) -> Collected
     keep("host.json", json.dumps(check[1], indent=2))
     keep("status.json", _redacted_model(report.model_dump(mode="json"), secrets))
     keep("route.json", json.dumps(_route_values(report, environ), indent=2))
+    if remote is not None:
+        keep("url-status.json", remote.model_dump_json(indent=2))
     root = Path(report.state_dir)
     for name in ("desired.json", "server.json"):
         path = root / name
@@ -86,7 +89,9 @@ def collect(environ: Mapping[str, str], log_lines: int = LOG_LINES) -> Collected
         "qpnserve_version": __version__,
         "host": check[1].get("label"),
         "check": check[2],
-        "server": _server_line(report),
+        "server": _server_line(report)
+        if remote is None
+        else f"{remote.url} (not started by qpnserve): {remote.health_detail}",
         "redacted_variables": out.redacted_names,
         "not_included": ["model weights", "prompts and completions"],
     }
