@@ -57,6 +57,8 @@ class DesiredState(BaseModel):
     port: int = 8000
     extra_args: list[str] = Field(default_factory=list)
     server_module: str | None = None  # None = the default host module
+    # The last server had an API key (never stored): a restart without one would serve openly.
+    api_key_set: bool = False
     updated_at: datetime = Field(default_factory=_now)
 
 
@@ -90,6 +92,8 @@ class RunningState(BaseModel):
     log_path: str
     report_dir: str
     ready_at: datetime | None = None
+    # Whether the server got an API key (VLLM_API_KEY); the key itself is never recorded.
+    api_key_set: bool = False
 
     @property
     def base_url(self) -> str:

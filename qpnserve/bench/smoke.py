@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import httpx
 
 from qpnserve import __version__
+from qpnserve.auth import api_key_from_env, auth_headers
 from qpnserve.bench.client import probe_server, request_body, run_wave
 from qpnserve.bench.models import (
     BenchReport,
@@ -118,7 +119,8 @@ async def _run(opts: SmokeOptions, progress: Callable[[str], None]) -> SmokeOutc
     slots = max(opts.concurrency) + 2
     timeout = httpx.Timeout(opts.request_timeout_s, connect=10.0)
     limits = httpx.Limits(max_connections=slots, max_keepalive_connections=slots)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+    headers = auth_headers(api_key_from_env())
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers) as client:
         server = await probe_server(client, opts.url, opts.model)
         _check_fits(opts, server.max_model_len)
         report = BenchReport(

@@ -52,6 +52,11 @@ def check(
             "--only checkpoint needs --model", hint="qpnserve check --only checkpoint --model DIR"
         )
     report = run_preflight(model, tp=tp, groups=groups, awq_m1=awq_m1)
+    import os
+
+    from qpnserve.lifecycle.guards_probe import with_guard_rows
+
+    report = with_guard_rows(report, os.environ, tp, model)
     if as_json:
         emit_json(report)
     else:

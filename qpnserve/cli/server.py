@@ -16,6 +16,7 @@ from qpnserve.cli.app import app, emit_json, handles_errors, message
 
 if TYPE_CHECKING:
     from qpnserve.lifecycle import PlanView, StatusReport
+    from qpnserve.lifecycle.remote import UrlStatus
 
 _JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
@@ -170,11 +171,28 @@ def down(
 
 @app.command()
 @handles_errors
-def status(json_out: bool = _JSON) -> None:
+def status(
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        help="A server qpnserve did not start (e.g. `vllm serve`): what HTTP and /proc say, "
+        "and what cannot be known.",
+    ),
+    json_out: bool = _JSON,
+) -> None:
     """Desired versus running state, health, the per-rank route summary, and whether a restart
     is needed (and why)."""
     from qpnserve import lifecycle
 
+    if url:
+        from qpnserve.lifecycle.remote import url_status
+
+        seen = url_status(url)
+        if json_out:
+            emit_json(seen)
+        else:
+            typer.echo(render_url_status(seen))
+        return
     report = lifecycle.status()
     if json_out:
         emit_json(report)
@@ -201,7 +219,8 @@ def render_status(report: StatusReport) -> str:
         lines.append("running:  no server")
     else:
         since = f"{r.started_at:%Y-%m-%d %H:%M:%S} UTC"
-        state = {"gone": "GONE (not running; record is stale)"}.get(report.server, report.server)
+        gone = "exited" + (f"; {report.exit_cause}" if report.exit_cause else "")
+        state = {"gone": f"GONE ({gone}; record is stale)"}.get(report.server, report.server)
         lines.append(f"running:  {state}, pid {r.pid}, since {since}, {r.base_url}")
         plugin = "in" if r.include_plugin else "out"
         host = f"{r.host_kind} {r.host_version or ''}".rstrip()
@@ -217,6 +236,9 @@ def render_status(report: StatusReport) -> str:
         lines.append(f"          log {r.log_path}")
         if report.group_pids:
             lines.append(f"          process group {r.pgid}: {len(report.group_pids)} processes")
+        if report.processes:
+            named = ", ".join(f"{p.pid} {p.title[:60]}" for p in report.processes)
+            lines.append(f"          processes: {named}")
         lines.append(f"health:   {report.health_detail or 'not probed'}")
         lines.append(f"route:    {report.route_text or '-'}")
         if report.route_graphs is not None:
@@ -230,6 +252,23 @@ def render_status(report: StatusReport) -> str:
             lines.append(f"  run: {report.restart_command}")
     else:
         lines.append("restart needed: no")
+    return "\n".join(lines)
+
+
+def render_url_status(seen: UrlStatus) -> str:
+    lines = [f"server:   {seen.url} (not started by qpnserve)"]
+    lines.append(f"health:   {seen.health_detail}")
+    models = ", ".join(seen.served_models) or "-"
+    lines.append(f"models:   {models}" + (f" (vLLM {seen.version})" if seen.version else ""))
+    if seen.processes:
+        named = ", ".join(f"{p.pid} {p.title[:60]}" for p in seen.processes)
+        lines.append(f"processes: {named}")
+    if seen.route_env is not None:
+        values = "  ".join(f"{k}={v}" for k, v in seen.route_env.items() if v is not None)
+        lines.append(
+            f"route env: {values or 'none set'} (source: /proc/{seen.listener_pid}/environ)"
+        )
+    lines += [f"unknown:  {what}" for what in seen.unknown]
     return "\n".join(lines)
 
 

@@ -12,7 +12,8 @@ from pydantic import BaseModel, Field
 from qpnserve import config
 from qpnserve.errors import QpnError
 from qpnserve.lifecycle.options import Progress, stderr_progress
-from qpnserve.lifecycle.procs import group_members, is_alive, stop_group
+from qpnserve.lifecycle.postmortem import ServerProcess, exit_cause, server_processes
+from qpnserve.lifecycle.procs import descendants, group_members, is_alive, log_tail, stop_group
 from qpnserve.lifecycle.route_check import (
     GraphSummary,
     RouteSummary,
@@ -95,6 +96,8 @@ class StatusReport(BaseModel):
     running: RunningState | None
     server: ServerPhase
     group_pids: list[int] = Field(default_factory=list)  # live processes of the server's group
+    processes: list[ServerProcess] = Field(default_factory=list)  # the same, with their titles
+    exit_cause: str | None = None  # gone: which process died first, from the server's log
     healthy: bool | None = None  # None: not probed (nothing running)
     health_detail: str | None = None
     route: RouteSummary | None = None
@@ -121,6 +124,8 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
     route: RouteSummary | None = None
     graphs: GraphSummary | None = None
     route_values: RouteValues | None = None
+    processes: list[ServerProcess] = []
+    cause: str | None = None
     if running is not None:
         alive = is_alive(running.pid, running.proc_start_ticks)
         reused = not alive and is_alive(running.pid, None)  # the pid names another process now
@@ -136,6 +141,10 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
             health_detail = f"{health_detail or ''}; {exc.message}".lstrip("; ")
         live = [running.pid, *(m for m in members if m != running.pid)] if alive else []
         route_values = server_route_values(live, running.host_kind)
+        pids = set(members) | ({s.pid for s in descendants(running.pid)} if alive else set())
+        processes = server_processes(sorted(pids), running.pid)
+        if phase == "gone":
+            cause = exit_cause(log_tail(Path(running.log_path), 400, 1024 * 1024), running.tp)
     needed, reasons = restart_decision(desired, running, phase)
     if phase == "gone" and members:
         reasons.append(f"pids {members} of its process group remain: `qpnserve down` stops them")
@@ -146,6 +155,8 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         running=running,
         server=phase,
         group_pids=members,
+        processes=processes,
+        exit_cause=cause,
         healthy=healthy,
         health_detail=health_detail,
         route=route,
@@ -167,13 +178,27 @@ def _route_text(running: RunningState | None, route: RouteSummary | None) -> str
 
 
 def _probe_health(base_url: str, timeout_s: float) -> tuple[bool, str]:
+    """/health (never guarded by a key), then /v1/models with $VLLM_API_KEY: a 401 there is
+    said as a key problem, so `status` tells whether bench and verify will get through."""
     import httpx
+
+    from qpnserve.auth import api_key_from_env, auth_headers, unauthorized_text
 
     try:
         resp = httpx.get(f"{base_url}/health", timeout=timeout_s)
     except httpx.HTTPError as exc:
         return False, f"/health: no answer ({type(exc).__name__})"
-    return resp.status_code == 200, f"/health: HTTP {resp.status_code}"
+    detail = f"/health: HTTP {resp.status_code}"
+    if resp.status_code != 200:
+        return False, detail
+    key = api_key_from_env()
+    try:
+        models = httpx.get(f"{base_url}/v1/models", timeout=timeout_s, headers=auth_headers(key))
+    except httpx.HTTPError as exc:
+        return True, f"{detail}; /v1/models: no answer ({type(exc).__name__})"
+    if models.status_code == 401:
+        return True, f"{detail}; {unauthorized_text(key, '/v1/models')}"
+    return True, f"{detail}; /v1/models: HTTP {models.status_code}"
 
 
 def restart_decision(

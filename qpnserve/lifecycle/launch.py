@@ -203,6 +203,18 @@ def port_in_use(host: str, port: int) -> bool:
 
 def port_holder(port: int) -> str | None:
     """'pid N (cmd)' of the process listening on ``port``, when /proc lets us see it."""
+    pid = port_holder_pid(port)
+    if pid is None:
+        return None
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        cmd = "?"
+    return f"pid {pid} ({cmd[:120]})"
+
+
+def port_holder_pid(port: int) -> int | None:
+    """The pid of the process listening on TCP ``port`` here, when /proc lets us see it."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -226,8 +238,7 @@ def port_holder(port: int) -> str | None:
         try:
             for fd in (proc / "fd").iterdir():
                 if os.readlink(fd) in targets:
-                    cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-                    return f"pid {proc.name} ({cmd[:120]})"
+                    return int(proc.name)
         except OSError:
             continue
     return None

@@ -57,6 +57,14 @@ def plan_launch(
             installed_general_plugins() if installed_plugins is None else installed_plugins
         ),
     )
+    notes = replaced_env(base_env, env)
+    if opts.api_key is not None:
+        # vLLM lets --api-key win over the variable; moving the key keeps that precedence.
+        env[config.API_KEY.name] = opts.api_key
+        notes.append(
+            f"note: --api-key goes to the server as {config.API_KEY.name} (kept out of its argv, "
+            "its log and qpnserve's state)"
+        )
     argv = build_argv(
         python=default_python(),
         server_module=opts.server_module,
@@ -79,7 +87,7 @@ def plan_launch(
         root / "run",
         log_path,
         reports,
-        replaced_env(base_env, env),
+        notes,
     )
 
 
@@ -114,6 +122,7 @@ def starting_state(
         server_module=opts.server_module,
         log_path=str(plan.log_path),
         report_dir=str(plan.report_dir),
+        api_key_set=bool(plan.env.get(config.API_KEY.name)),
     )
 
 
@@ -130,4 +139,5 @@ def desired_from(opts: UpOptions) -> DesiredState:
         server_module=None
         if opts.server_module == config.DEFAULT_SERVER_MODULE
         else opts.server_module,
+        api_key_set=opts.api_key is not None or bool(os.environ.get(config.API_KEY.name)),
     )

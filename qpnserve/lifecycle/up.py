@@ -75,7 +75,7 @@ def up(
     say(f"  log: {plan.log_path}")
     try:
         with _sigterm_as_interrupt():
-            _await_ready(popen, running, root, opts, say)
+            _await_ready(popen, running, root, opts, say, plan.env.get(config.API_KEY.name))
             running = _verify_and_record(popen, running, root, opts, say)
             if opts.detach:
                 say(f"ready at {running.base_url} (detached; `qpnserve down` stops it)")
@@ -92,6 +92,7 @@ def _await_ready(
     root: Path,
     opts: UpOptions,
     say: Progress,
+    api_key: str | None,
 ) -> None:
     say(f"waiting up to {opts.timeout_s:.0f} s for the server at {running.base_url}")
     try:
@@ -104,6 +105,7 @@ def _await_ready(
             poll_s=opts.poll_s,
             progress_every_s=opts.progress_every_s,
             progress=say,
+            api_key=api_key,
         )
     except ServerError as exc:
         if _stop_requested(root, popen.pid):

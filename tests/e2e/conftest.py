@@ -198,9 +198,12 @@ def ensure_stopped(server: Server) -> None:
         server.cli("down", "--timeout-s", "20", timeout_s=60)
     if record is not None:
         leader = int(str(record["pid"]))
-        for pid in live(server_pids(leader)):
+        left = live(server_pids(leader))
+        for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # Gone before the next test starts: `up` refuses to start over leftover vLLM processes.
+        wait_until_gone(left, timeout_s=30)
 
 
 MakeServer = Callable[..., Server]

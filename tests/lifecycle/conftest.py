@@ -19,6 +19,7 @@ from qpnserve import config
 from qpnserve.cli import app
 from qpnserve.fixtures.checkpoint import write_checkpoint
 from qpnserve.lifecycle import stages
+from qpnserve.lifecycle.guards import PREFIX_VAR
 from qpnserve.lifecycle.procs import read_stat
 from tests.lifecycle.stages import test_stages
 
@@ -95,6 +96,9 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: Path) -> It
     monkeypatch.setenv(config.HOST.name, "127.0.0.1")
     monkeypatch.setenv(config.UP_TIMEOUT.name, "20")
     monkeypatch.setenv(config.STOP_TIMEOUT.name, "5")
+    # The guards count processes titled "<prefix>::..." as leftovers of vLLM: a prefix of this
+    # test's own keeps real vLLM servers of other jobs on the machine out of these tests.
+    monkeypatch.setenv(PREFIX_VAR, f"QPNTEST{os.getpid()}x{port}")
     # The stand-in runs with cwd = the state dir: it finds the tests package through PYTHONPATH.
     pythonpath = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), pythonpath])))

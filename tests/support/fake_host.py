@@ -29,6 +29,8 @@ Behaviour is set through the environment (all optional):
     FAKE_HOST_STRAY=1            worker rank 0 leaves the process group (setsid)
     FAKE_HOST_LAYERS=48          MoE layers per rank (default: from the model's config.json)
     FAKE_HOST_WORKERS=4          worker processes (default: the TP size)
+    VLLM_API_KEY=K               /v1 routes answer 401 without `Authorization: Bearer K`, as
+                                 vLLM's do (/health stays open)
 
 Run by hand: PYTHONPATH=. python -m tests.support.fake_host --model DIR --port 8123
 """
@@ -44,6 +46,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS
 from qpnserve.dispatch.recorder import RouteRecorder, report_dir_from_env
@@ -157,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     app.ready = False
     sock = bind_socket(args.host, args.port)  # bound before loading, as vLLM does
     threading.Thread(target=load, args=(app,), daemon=True).start()
-    serve(app, sock, ignore_sigterm)
+    key = os.environ.get("VLLM_API_KEY")
+    serve(guarded(app, key) if key else app, sock, ignore_sigterm)
     log("shutting down the workers")
     for pid in workers:
         try:
@@ -181,6 +185,23 @@ def load(app: object) -> None:
     time.sleep(env_float("FAKE_HOST_LOAD_S", 0.2) or 0.0)
     app.ready = True  # type: ignore[attr-defined]
     log("ready: Application startup complete (stand-in)")
+
+
+def guarded(app: Any, key: str) -> Any:
+    """vLLM's key check: /v1 needs the bearer token, everything else is open."""
+    expected = f"Bearer {key}".encode()
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        guarded = scope["type"] == "http" and scope["path"].startswith("/v1")
+        if guarded and dict(scope["headers"]).get(b"authorization") != expected:
+            body = b'{"error": "Unauthorized"}'
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 401, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await app(scope, receive, send)
+
+    return asgi
 
 
 def serve(app: object, sock: object, ignore_sigterm: bool) -> None:
