@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from qpnserve import config
 from qpnserve.errors import BuildError
@@ -31,6 +32,8 @@ def test_no_visible_gpu_hint_names_what_up_reads(
     """`up` has no --arch: the hint must also name the variable that `up` reads."""
     monkeypatch.setenv(config.BUILD_DIR.name, str(tmp_path))
     monkeypatch.setattr(toolchain, "local_arch_list", lambda: ())
+    # A CUDA torch with no GPU in sight (a CPU torch is refused before any arch advice).
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
     with pytest.raises(BuildError) as info:
         build.build()
     assert "no CUDA GPU is visible" in info.value.message
