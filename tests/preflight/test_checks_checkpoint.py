@@ -121,6 +121,30 @@ def test_check_fails_on_tp_that_does_not_give_160_per_rank(make_ckpt: Callable[.
     assert "= 320 per rank" in config.reason
 
 
+@pytest.mark.parametrize("tp", [1, 2, 3, 8])
+def test_check_at_another_tp_blames_the_tp_not_the_checkpoint(
+    make_ckpt: Callable[..., Path], tp: int
+) -> None:
+    results = run(make_ckpt("ok"), tp=tp)
+    config = results["checkpoint.config"]
+    assert config.status == "FAIL"
+    assert config.fix.startswith("use --tp 4")
+    assert "export" not in config.fix and "requantize" not in config.fix
+    assert "the checkpoint is fine" in config.reason
+    others = {n: r.status for n, r in results.items() if n != "checkpoint.config"}
+    assert set(others.values()) == {"PASS"}, others
+
+
+def test_check_of_a_wrong_checkpoint_at_another_tp_still_asks_for_the_export(
+    make_ckpt: Callable[..., Path],
+) -> None:
+    config = run(make_ckpt("experts-256"), tp=2)["checkpoint.config"]
+    assert config.status == "FAIL"
+    assert "num_experts 256 (needs 512)" in config.reason
+    assert config.fix.startswith("use the native AWQ group-32 export")
+    assert "--tp 4" in config.fix
+
+
 def test_check_fails_missing_model_path_and_skips_the_rest(tmp_path: Path) -> None:
     results = run(tmp_path / "nope")
     assert results["checkpoint.path"].status == "FAIL"
