@@ -110,12 +110,18 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
                 "host": view.host,
                 "route": view.route,
                 "grouped_route": view.grouped_route,
+                "facts_file": view.facts_file,
             }
         )
         return
     message("dry run: nothing was started")
     lines = [f"# environment that decides the route (the rest is inherited), cwd {plan.cwd}"]
     lines.append(f"# host {view.host}: route {view.route}")
+    if view.facts_file:
+        lines.append(
+            f"# host facts from {config.FACTS_FILE.name}={view.facts_file}, not probed from "
+            "this machine"
+        )
     if view.grouped_route:
         lines.append(f"# {view.grouped_route}")
     for name, value in plan.recorded_env.items():
@@ -179,6 +185,8 @@ def render_status(report: StatusReport) -> str:
         lines.append(f"running:  {state}, pid {r.pid}, since {since}, {r.base_url}")
         plugin = "in" if r.include_plugin else "out"
         host = f"{r.host_kind} {r.host_version or ''}".rstrip()
+        if r.facts_file:
+            host += f" (from {config.FACTS_FILE.name}={r.facts_file}, not probed)"
         route = route_flag_meaning(r.route_flag, r.host_kind)
         lines.append(f"          route {route}, plugin {plugin}, host {host}")
         grouped = grouped_route_text(r.env, r.host_kind)

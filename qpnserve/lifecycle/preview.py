@@ -3,6 +3,7 @@ started or recorded, and the error `up` would stop with is returned for the CLI 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from qpnserve import config
@@ -23,6 +24,7 @@ class PlanView:
     host: str  # "ReVolta 0.1.4 (native)", or "no vllm found"
     route: str
     grouped_route: str | None  # a native host's grouped route on the same layers, if any
+    facts_file: str | None = None  # the $QPNSERVE_FACTS_FILE the host was read from
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ def describe_plan(plan: LaunchPlan) -> PlanView:
     kind = host.kind if host.found else None
     route = route_flag_meaning(plan.recorded_env.get(config.ROUTE_FLAG.name), kind)
     label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
-    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind))
+    facts_file = os.environ.get(config.FACTS_FILE.name) or None  # what host_facts() read
+    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind), facts_file)
 
 
 def dry_run(

@@ -82,7 +82,10 @@ def check_gpu_count(facts: Facts, tp: int) -> CheckResult:
         fix = f"run on a host with {TP_SIZE} V100s, or fix CUDA_VISIBLE_DEVICES to list them"
         if tp != TP_SIZE:
             # qpnserve serves at TP 4 only: a host with more GPUs is not the remedy.
-            fix = f"use --tp {TP_SIZE}: qpnserve serves at tensor parallel {TP_SIZE}, one rank per V100"
+            fix = (
+                f"use --tp {TP_SIZE}: qpnserve serves at tensor parallel {TP_SIZE}, "
+                "one rank per V100"
+            )
             if len(visible) < TP_SIZE:
                 fix += f", and make {TP_SIZE} V100s visible (CUDA_VISIBLE_DEVICES)"
         return _r(name, "FAIL", found, fix)

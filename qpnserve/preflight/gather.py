@@ -38,7 +38,7 @@ def load_facts_file(path: Path) -> Facts:
             f"{FACTS_FILE.name}={path} is not a facts file: {first}",
             hint="record one with `qpnserve check --json` and keep its `facts` object",
         ) from None
-    return facts.model_copy(update={"source": "recorded"})
+    return facts.model_copy(update={"source": "recorded", "source_file": str(path)})
 
 
 # The facts each machine group decides on; `env` is optional (the current environment is
@@ -61,7 +61,8 @@ def _require_recorded(facts: Facts, groups: set[str], path: Path) -> None:
             f"{FACTS_FILE.name}={path} holds no {', '.join(missing)} facts, so it cannot stand "
             "in for this machine",
             hint="record the facts with `qpnserve check --json` on the machine and keep its "
-            f"`facts` object, pass --only for the groups the file holds, or unset {FACTS_FILE.name}",
+            "`facts` object, pass --only for the groups the file holds, or unset "
+            f"{FACTS_FILE.name}",
         )
 
 
