@@ -4,9 +4,11 @@ preflight (which judges the environment the server will get)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from qpnserve.config import ROUTE_FLAG, ROUTE_FLAG_VALUES
 from qpnserve.errors import ConflictError, PreflightError
 from qpnserve.lifecycle.launch import port_holder, port_in_use
 from qpnserve.lifecycle.options import Progress, UpOptions, validate
@@ -28,13 +30,24 @@ def checks_before_start(
     with locked(root):
         check_conflicts(root, opts, say, dry_run)  # fail fast, before the slow stages
     _warn_busy_gpus(say)
-    host = stages.preflight(opts, server_env, say)
+    host = stages.preflight(opts, judged_env(server_env, os.environ), say)
     if opts.awq_m1 and host.kind not in ("native", "patched"):
         raise PreflightError(
             f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",
             hint="run `qpnserve check --awq-m1` for details",
         )
     return root, host
+
+
+def judged_env(server_env: Mapping[str, str], user_env: Mapping[str, str]) -> Mapping[str, str]:
+    """The environment the preflight judges: the server's, except that a route flag of the
+    user's that no host accepts (`2`, `true`, ...) is kept, so that `up` FAILs it exactly as
+    `check` does and refuses to start on that FAIL, instead of silently replacing it."""
+    flag = ROUTE_FLAG.name
+    value = user_env.get(flag)
+    if value is None or value in ROUTE_FLAG_VALUES:
+        return server_env
+    return {**server_env, flag: value}
 
 
 def _warn_busy_gpus(say: Progress) -> None:
