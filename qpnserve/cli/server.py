@@ -64,7 +64,7 @@ def up(
     """Preflight, build or load the extension, start the server, prove it serves (and that every
     rank admitted every MoE layer with the route on), record it. Foreground unless --detach."""
     from qpnserve import lifecycle
-    from qpnserve.errors import PreflightError
+    from qpnserve.errors import ExitCode, PreflightError, QpnError
 
     opts, route_note = lifecycle.resolve_up_options(
         model=model,
@@ -92,9 +92,24 @@ def up(
     except PreflightError as exc:
         if json_out and exc.report is not None:
             emit_json(exc.report)  # the document `qpnserve check --json` prints
+        elif json_out:
+            emit_json(_failure(exc.message, exc.hint, exc.exit_code))
+        raise
+    except QpnError as exc:  # the build, a conflict, the server: still one document
+        if json_out:
+            emit_json(_failure(exc.message, exc.hint, exc.exit_code))
+        raise
+    except KeyboardInterrupt:
+        if json_out:
+            emit_json(_failure("interrupted", None, ExitCode.INTERRUPTED))
         raise
     if json_out:
         emit_json(running)
+
+
+def _failure(error: str, hint: str | None, exit_code: int) -> dict[str, object]:
+    """`up --json`'s document when it stops: the same error and hint as on stderr."""
+    return {"ok": False, "exit_code": int(exit_code), "error": error, "hint": hint}
 
 
 def _print_plan(view: PlanView, json_out: bool) -> None:

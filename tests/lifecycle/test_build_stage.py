@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,15 @@ import pytest
 from qpnserve import config
 from qpnserve.errors import BuildError
 from qpnserve.kernels import build, toolchain
-from qpnserve.lifecycle.stages import HostSummary, prepare_extension_stage
+from qpnserve.lifecycle import stages
+from qpnserve.lifecycle.options import Progress
+from qpnserve.lifecycle.stages import (
+    HostSummary,
+    Stages,
+    prepare_extension_stage,
+    run_preflight_stage,
+)
+from tests.lifecycle.conftest import Env, cli
 
 
 def test_up_build_stage_honours_qpnserve_build_arch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,3 +44,26 @@ def test_no_visible_gpu_hint_names_what_up_reads(
         build.build()
     assert "no CUDA GPU is visible" in info.value.message
     assert f"{config.BUILD_ARCH.name}=7.0" in (info.value.hint or "")
+
+
+def _failing_build(host: HostSummary, progress: Progress) -> str:
+    raise BuildError("no nvcc found: the operator cannot be built", hint="install CUDA 12.8")
+
+
+@pytest.mark.parametrize("detach", [["--detach"], []])
+def test_up_json_prints_one_document_when_the_build_stage_fails(
+    env: Env, monkeypatch: pytest.MonkeyPatch, detach: list[str]
+) -> None:
+    failing = Stages(preflight=run_preflight_stage, prepare_extension=_failing_build)
+    monkeypatch.setattr(stages, "default_stages", lambda: failing)
+    result = cli("up", "--awq-m1", *detach, "--json")
+    assert result.exit_code == 3, result.output
+    document = json.loads(result.stdout)  # exactly one JSON document, nothing else
+    assert document == {
+        "ok": False,
+        "exit_code": 3,
+        "error": "no nvcc found: the operator cannot be built",
+        "hint": "install CUDA 12.8",
+    }
+    assert "error: no nvcc found: the operator cannot be built" in result.stderr.splitlines()
+    assert not env.server_json.exists()
