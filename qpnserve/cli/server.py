@@ -66,43 +66,43 @@ def up(
     from qpnserve import lifecycle
     from qpnserve.errors import ExitCode, PreflightError, QpnError
 
-    opts, route_note = lifecycle.resolve_up_options(
-        model=model,
-        awq_m1=awq_m1,
-        tp=tp,
-        host=host,
-        port=port,
-        served_model_name=served_model_name,
-        detach=detach,
-        timeout_s=timeout_s,
-        stop_timeout_s=stop_timeout_s,
-        extra_args=list(extra_args or []),
-        server_module=server_module,
-    )
-    if route_note:
-        message(route_note)
-    if dry_run:
-        checked = lifecycle.dry_run(opts, progress=message)
-        _print_plan(checked.view, json_out)
-        if checked.error is not None:
-            raise checked.error
-        return
     try:
-        running = lifecycle.up(opts, progress=message)
-    except PreflightError as exc:
-        if json_out and exc.report is not None:
-            emit_json(exc.report)  # the document `qpnserve check --json` prints
-        elif json_out:
-            emit_json(_failure(exc.message, exc.hint, exc.exit_code))
-        raise
-    except QpnError as exc:  # the build, a conflict, the server: still one document
+        opts, route_note = lifecycle.resolve_up_options(
+            model=model,
+            awq_m1=awq_m1,
+            tp=tp,
+            host=host,
+            port=port,
+            served_model_name=served_model_name,
+            detach=detach,
+            timeout_s=timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            extra_args=list(extra_args or []),
+            server_module=server_module,
+        )
+        if route_note:
+            message(route_note)
+        if dry_run:  # its checks' error comes back with the plan, which is its document
+            checked = lifecycle.dry_run(opts, progress=message)
+        else:
+            running = lifecycle.up(opts, progress=message)
+    except QpnError as exc:  # options, the build, a conflict, the server: still one document
         if json_out:
-            emit_json(_failure(exc.message, exc.hint, exc.exit_code))
+            report = exc.report if isinstance(exc, PreflightError) else None
+            # A FAILed preflight prints the document `qpnserve check --json` prints.
+            emit_json(
+                report if report is not None else _failure(exc.message, exc.hint, exc.exit_code)
+            )
         raise
     except KeyboardInterrupt:
         if json_out:
             emit_json(_failure("interrupted", None, ExitCode.INTERRUPTED))
         raise
+    if dry_run:
+        _print_plan(checked.view, json_out)
+        if checked.error is not None:
+            raise checked.error
+        return
     if json_out:
         emit_json(running)
 

@@ -67,3 +67,23 @@ def test_up_json_prints_one_document_when_the_build_stage_fails(
     }
     assert "error: no nvcc found: the operator cannot be built" in result.stderr.splitlines()
     assert not env.server_json.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["up", "--json"], 2, "--model is required"),
+        (["up", "--dry-run", "--json", "--", "--port", "9"], 2, "pass --port as qpnserve's own"),
+    ],
+)
+def test_up_json_prints_one_document_when_its_options_are_refused(
+    env: Env, monkeypatch: pytest.MonkeyPatch, args: list[str], code: int, words: str
+) -> None:
+    monkeypatch.delenv(config.MODEL.name)
+    if "--dry-run" in args:
+        args = [*args[:1], "--model", str(env.model), *args[1:]]
+    result = cli(*args)
+    assert result.exit_code == code, result.output
+    document = json.loads(result.stdout)
+    assert document["ok"] is False and document["exit_code"] == code
+    assert document["error"].startswith(words)
