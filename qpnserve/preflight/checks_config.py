@@ -103,7 +103,9 @@ def check_config(ck: CheckpointFacts, tp: int) -> CheckResult:
         fix = REQUANTIZE_FIX + (f"; and {TP_FIX}" if wrong_tp else "")
         return _r(name, "FAIL", "; ".join(problems) + also_tp, fix)
     if wrong_tp:
-        return _r(name, "FAIL", f"{wrong_tp}; the checkpoint is fine", TP_FIX)
+        return _r(
+            name, "FAIL", f"{wrong_tp}; the checkpoint's geometry fits, the TP does not", TP_FIX
+        )
     return _r(
         name,
         "PASS",

@@ -21,17 +21,43 @@ from qpnserve.lifecycle.stages import (
 from tests.lifecycle.conftest import Env, cli
 
 
-def test_up_build_stage_honours_qpnserve_build_arch(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: dict[str, object] = {}
+@pytest.mark.parametrize(("arch", "expected"), [("7.0", "7.0"), ("7.5", "7.5"), (None, None)])
+def test_up_build_stage_honours_qpnserve_build_arch(
+    monkeypatch: pytest.MonkeyPatch, arch: str | None, expected: str | None
+) -> None:
+    """The arch list comes from $QPNSERVE_BUILD_ARCH; unset, the build picks the visible GPUs."""
+    asked: list[object] = []
 
     def fake_build(arch_list: str | None = None, **_: object) -> build.BuildResult:
-        seen["arch_list"] = arch_list
+        asked.append(arch_list)
         return build.BuildResult(Path("x.so"), "k", True, ("7.0",), True, "t", "12.8")
 
     monkeypatch.setattr(build, "build", fake_build)
-    monkeypatch.setenv(config.BUILD_ARCH.name, "7.0")
-    assert prepare_extension_stage(HostSummary("patched", "1.3.0"), lambda _: None) == "k"
-    assert seen["arch_list"] == "7.0"
+    if arch is None:
+        monkeypatch.delenv(config.BUILD_ARCH.name, raising=False)
+    else:
+        monkeypatch.setenv(config.BUILD_ARCH.name, arch)
+    said: list[str] = []
+    prepare_extension_stage(HostSummary("patched", "1.3.0"), said.append)
+    assert asked == [expected]
+    where = f"{config.BUILD_ARCH.name}={arch}" if arch else "the visible GPUs"
+    assert said[0] == f"extension: building or reusing the AWQ M1 operator for {where}"
+
+
+@pytest.mark.parametrize(("reused", "verb"), [(True, "reused"), (False, "built")])
+def test_up_build_stage_says_whether_it_built_or_reused_and_records_that_key(
+    monkeypatch: pytest.MonkeyPatch, reused: bool, verb: str
+) -> None:
+    key = f"cu128-sm70-{verb}"
+
+    def fake_build(**_: object) -> build.BuildResult:
+        return build.BuildResult(Path("x.so"), key, reused, ("7.0",), True, "t", "12.8")
+
+    monkeypatch.setattr(build, "build", fake_build)
+    said: list[str] = []
+    recorded = prepare_extension_stage(HostSummary("patched", "1.3.0"), said.append)
+    assert said[-1] == f"extension: {verb} {key}"
+    assert recorded == key  # what `up` writes as the running server's build_key
 
 
 def test_no_visible_gpu_hint_names_what_up_reads(

@@ -101,12 +101,18 @@ def test_up_says_nothing_when_the_users_route_flag_already_matches(
 def test_up_json_failing_preflight_prints_the_report_and_points_at_check(
     env: Env, tmp_path: Path
 ) -> None:
+    # A group-128 export at TP 2: three checks FAIL, the config's because of the TP alone.
     bad = write_checkpoint(tmp_path / "g128", "group-128", NUM_LAYERS)
-    result = cli("up", "--detach", "--json", "--model", str(bad))
+    result = cli("up", "--detach", "--json", "--model", str(bad), "--tp", "2")
     assert result.exit_code == 1, result.stderr
     report = json.loads(result.stdout)  # the same document as `qpnserve check --json`
     failed = [c["name"] for c in report["results"] if c["status"] == "FAIL"]
-    assert len(failed) >= 2
-    assert "(and 1 more" in result.stderr or f"(and {len(failed) - 1} more" in result.stderr
-    hint = next(ln for ln in result.stderr.splitlines() if ln.startswith("hint: "))
-    assert f"qpnserve check --model {bad}" in hint
+    assert failed == ["checkpoint.config", "checkpoint.quantization", "checkpoint.tensors"]
+    messages = [ln for ln in result.stderr.splitlines() if ln.startswith(("error: ", "hint: "))]
+    assert messages == [
+        "error: preflight failed: checkpoint.config: moe_intermediate_size 640 / TP 2 = 320 per "
+        "rank (the operator needs 160, at TP4); the checkpoint's geometry fits, the TP does not "
+        "(and 2 more)",
+        "hint: use --tp 4: the route runs at tensor parallel 4, one rank per V100; all 3 FAILs: "
+        f"`qpnserve check --model {bad} --tp 2`",
+    ]

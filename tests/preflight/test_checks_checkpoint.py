@@ -130,7 +130,7 @@ def test_check_at_another_tp_blames_the_tp_not_the_checkpoint(
     assert config.status == "FAIL"
     assert config.fix.startswith("use --tp 4")
     assert "export" not in config.fix and "requantize" not in config.fix
-    assert "the checkpoint is fine" in config.reason
+    assert "the checkpoint's geometry fits, the TP does not" in config.reason
     others = {n: r.status for n, r in results.items() if n != "checkpoint.config"}
     assert set(others.values()) == {"PASS"}, others
 
