@@ -3,6 +3,7 @@ one passes; layers kept unquantized are a warning, not a broken checkpoint."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from qpnserve.preflight import checkpoint as checkpoint_probe
 from qpnserve.preflight.checkpoint import probe_checkpoint
 from qpnserve.preflight.checks_checkpoint import checkpoint_checks
 from qpnserve.preflight.report import CheckResult
@@ -160,16 +162,24 @@ def test_check_fails_model_path_that_is_a_file(tmp_path: Path) -> None:
     assert "not a directory" in path.reason
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
-def test_check_fails_unreadable_model_directory(make_ckpt: Callable[..., Path]) -> None:
+def test_check_fails_unreadable_model_directory(
+    make_ckpt: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error a directory without read permission gives, raised where the probe lists it
+    (root reads any directory, so CI as root could not make one with chmod)."""
     path = make_ckpt("ok", layers=1)
-    path.chmod(0)
-    try:
-        result = run(path)["checkpoint.path"]
-    finally:
-        path.chmod(0o755)
-    assert result.status == "FAIL"
-    assert "cannot list it" in result.reason
+
+    def denied(target: object) -> list[str]:
+        if Path(str(target)) == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(target))
+        return real_listdir(target)  # type: ignore[arg-type]
+
+    real_listdir = os.listdir
+    monkeypatch.setattr(checkpoint_probe.os, "listdir", denied)
+    results = run(path)
+    assert results["checkpoint.path"].status == "FAIL"
+    assert results["checkpoint.path"].reason == f"{path} cannot list it: Permission denied"
+    assert {r.status for n, r in results.items() if n != "checkpoint.path"} == {"SKIP"}
 
 
 def test_check_fails_unreadable_config(make_ckpt: Callable[..., Path]) -> None:
@@ -203,25 +213,44 @@ def test_check_passes_full_size_sparse_checkpoint(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "config",
+    ("config", "coverage", "why"),
     [
-        {"text_config": [], "quantization_config": []},
-        {"num_hidden_layers": "48", "mlp_only_layers": 5, "decoder_sparse_step": "x"},
-        {"num_hidden_layers": 2, "quantization_config": {"modules_to_not_convert": "lm_head"}},
-        {"num_experts": None, "moe_intermediate_size": "640", "quantization_config": {"bits": []}},
-        [],
+        # text_config that is not an object: the top level is read, and it names no layers
+        ({"text_config": [], "quantization_config": []}, "SKIP", "no MoE layers in config.json"),
+        (
+            {"num_hidden_layers": "48", "mlp_only_layers": 5, "decoder_sparse_step": "x"},
+            "SKIP",
+            "no MoE layers in config.json",
+        ),
+        # two layers and no AWQ method: a bare-string modules_to_not_convert excuses nothing
+        (
+            {"num_hidden_layers": 2, "quantization_config": {"modules_to_not_convert": "lm_head"}},
+            "FAIL",
+            "covers none of the 2 MoE layers",
+        ),
+        (
+            {
+                "num_experts": None,
+                "moe_intermediate_size": "640",
+                "quantization_config": {"bits": []},
+            },
+            "SKIP",
+            "no MoE layers in config.json",
+        ),
+        ([], "SKIP", "needs a readable config.json"),
     ],
 )
 def test_check_survives_malformed_config_values(
-    make_ckpt: Callable[..., Path], config: object
+    make_ckpt: Callable[..., Path], config: object, coverage: str, why: str
 ) -> None:
-    import json
-
+    """A malformed config never crashes a check, and coverage, which then examined no layer
+    (or found no AWQ experts), never passes."""
     path = make_ckpt("ok", layers=1)
     (path / "config.json").write_text(json.dumps(config))
     results = run(path)
     assert results["checkpoint.config"].status == "FAIL"
-    assert results["checkpoint.coverage"].status in ("PASS", "SKIP", "FAIL")
+    assert results["checkpoint.coverage"].status == coverage
+    assert why in results["checkpoint.coverage"].reason
 
 
 def test_check_fails_when_every_moe_layer_is_kept_unquantized(
