@@ -1,8 +1,8 @@
 """Gathering the facts: probe this machine once, or read them from a recorded file.
 
 $QPNSERVE_FACTS_FILE replaces the machine probes (gpu, torch, nvcc, host, and env when the file
-has it) with the facts it holds, recorded or hand-written; the checkpoint is still probed from ``--model``. Imports run one
-way: gather -> probes/checkpoint -> facts.
+has it) with the facts it holds, recorded or hand-written; the checkpoint is still probed from
+``--model``. Imports run one way: gather -> probes/checkpoint -> facts.
 """
 
 from __future__ import annotations
