@@ -87,11 +87,11 @@ def check_config(ck: CheckpointFacts, tp: int) -> CheckResult:
         ("hidden_size", geometry.HIDDEN),
     ):
         if tc.get(key) != want:
-            problems.append(f"{key} {tc.get(key)} (needs {want})")
+            problems.append(f"{key} {_shown(tc.get(key))} (needs {want})")
     inter = tc.get("moe_intermediate_size")
     if inter != geometry.MOE_INTERMEDIATE:
         problems.append(
-            f"moe_intermediate_size {inter} (needs {geometry.MOE_INTERMEDIATE}: "
+            f"moe_intermediate_size {_shown(inter)} (needs {geometry.MOE_INTERMEDIATE}: "
             f"{geometry.INTERMEDIATE} per rank at TP{geometry.TP_SIZE})"
         )
     if not moe_layers:
@@ -113,6 +113,11 @@ def check_config(ck: CheckpointFacts, tp: int) -> CheckResult:
         f"{tc['hidden_size']}, intermediate {inter} ({geometry.INTERMEDIATE} per rank at "
         f"TP{tp}), {len(moe_layers)} MoE layers of {tc.get('num_hidden_layers')}",
     )
+
+
+def _shown(value: object) -> str:
+    # A quoted "640" says why it is not the 640 it reads as.
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def _tp_problem(tp: int) -> str | None:

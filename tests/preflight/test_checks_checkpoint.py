@@ -303,3 +303,12 @@ def test_route_off_still_fails_a_checkpoint_the_host_cannot_read(
     path = make_ckpt("missing-shard")
     off = {r.name: r for r in checkpoint_checks(probe_checkpoint(path), 4, awq_m1=False)}
     assert off["checkpoint.shards"].status == "FAIL"
+
+
+def test_check_config_quotes_a_number_written_as_a_string(make_ckpt: Callable[..., Path]) -> None:
+    path = make_ckpt("ok", layers=1)
+    config = json.loads((path / "config.json").read_text())
+    config["text_config"]["moe_intermediate_size"] = "640"
+    (path / "config.json").write_text(json.dumps(config))
+    reason = run(path)["checkpoint.config"].reason
+    assert reason == "moe_intermediate_size '640' (needs 640: 160 per rank at TP4)"
