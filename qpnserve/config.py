@@ -23,6 +23,7 @@ ROUTE_FLAG = EnvVar(
     "VLLM_SM70_AWQ_QWEN38_QPN_M1",
     "the AWQ M1 route: '1' on (fail closed), '0' or unset off; any other value is an error",
 )
+ROUTE_FLAG_VALUES = ("0", "1")  # the only values a host accepts
 # vLLM's allow-list of general plugins: comma-separated names, no whitespace trimming, empty = none.
 VLLM_PLUGINS = EnvVar("VLLM_PLUGINS", "vLLM's comma-separated allow-list of general plugins")
 STATE_DIR = EnvVar(

@@ -80,6 +80,8 @@ class RunningState(BaseModel):
     include_plugin: bool
     host_kind: HostKind
     host_version: str | None = None
+    # The $QPNSERVE_FACTS_FILE the preflight read the host from (None: probed): status says so.
+    facts_file: str | None = None
     patch_id: str | None = None
     build_key: str | None = None
     model: str

@@ -72,48 +72,61 @@ def up(
     """Preflight, build or load the extension, start the server, prove it serves (and that every
     rank admitted every MoE layer with the route on), record it. Foreground unless --detach."""
     from qpnserve import lifecycle
-    from qpnserve.errors import PreflightError
+    from qpnserve.errors import ExitCode, PreflightError, QpnError
 
-    opts, route_note = lifecycle.resolve_up_options(
-        model=model,
-        awq_m1=awq_m1,
-        tp=tp,
-        host=host,
-        port=port,
-        served_model_name=served_model_name,
-        detach=detach,
-        timeout_s=timeout_s,
-        stop_timeout_s=stop_timeout_s,
-        extra_args=list(extra_args or []),
-        server_module=server_module,
-    )
-    if route_note:
-        message(route_note)
+    try:
+        opts, route_note = lifecycle.resolve_up_options(
+            model=model,
+            awq_m1=awq_m1,
+            tp=tp,
+            host=host,
+            port=port,
+            served_model_name=served_model_name,
+            detach=detach,
+            timeout_s=timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            extra_args=list(extra_args or []),
+            server_module=server_module,
+        )
+        if route_note:
+            message(route_note)
+        if dry_run:  # its checks' error comes back with the plan, which is its document
+            checked = lifecycle.dry_run(opts, progress=message)
+        else:
+            if verify_first:  # before anything starts: a failure leaves no server
+                from qpnserve.verify.gate import verify_before_up
+
+                verify_before_up(opts, progress=message)
+            running = lifecycle.up(opts, progress=message)
+    except QpnError as exc:  # options, the build, a conflict, the server: still one document
+        if json_out:
+            report = exc.report if isinstance(exc, PreflightError) else None
+            verified = getattr(exc, "verify_report", None)  # `--verify` refused: its report
+            # A FAILed preflight prints the document `qpnserve check --json` prints.
+            emit_json(
+                verified.to_json()
+                if verified is not None
+                else report
+                if report is not None
+                else _failure(exc.message, exc.hint, exc.exit_code)
+            )
+        raise
+    except KeyboardInterrupt:
+        if json_out:
+            emit_json(_failure("interrupted", None, ExitCode.INTERRUPTED))
+        raise
     if dry_run:
-        checked = lifecycle.dry_run(opts, progress=message)
         _print_plan(checked.view, json_out)
         if checked.error is not None:
             raise checked.error
         return
-    if verify_first:  # before anything starts: a failure leaves no server by construction
-        from qpnserve.errors import QpnError
-        from qpnserve.verify.gate import verify_before_up
-
-        try:
-            verify_before_up(opts, progress=message)
-        except QpnError as exc:
-            report = getattr(exc, "verify_report", None)
-            if json_out and report is not None:
-                emit_json(report.to_json())
-            raise
-    try:
-        running = lifecycle.up(opts, progress=message)
-    except PreflightError as exc:
-        if json_out and exc.report is not None:
-            emit_json(exc.report)  # the document `qpnserve check --json` prints
-        raise
     if json_out:
         emit_json(running)
+
+
+def _failure(error: str, hint: str | None, exit_code: int) -> dict[str, object]:
+    """`up --json`'s document when it stops: the same error and hint as on stderr."""
+    return {"ok": False, "exit_code": int(exit_code), "error": error, "hint": hint}
 
 
 def _print_plan(view: PlanView, json_out: bool) -> None:
@@ -134,12 +147,18 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
                 "route": view.route,
                 "grouped_route": view.grouped_route,
                 "host_profile": asdict(view.host_profile) if view.host_profile else None,
+                "facts_file": view.facts_file,
             }
         )
         return
     message("dry run: nothing was started")
     lines = [f"# environment that decides the route (the rest is inherited), cwd {plan.cwd}"]
     lines.append(f"# host {view.host}: route {view.route}")
+    if view.facts_file:
+        lines.append(
+            f"# host facts from {config.FACTS_FILE.name}={view.facts_file}, not probed from "
+            "this machine"
+        )
     if view.grouped_route:
         lines.append(f"# {view.grouped_route}")
     if view.host_profile:
@@ -224,6 +243,8 @@ def render_status(report: StatusReport) -> str:
         lines.append(f"running:  {state}, pid {r.pid}, since {since}, {r.base_url}")
         plugin = "in" if r.include_plugin else "out"
         host = f"{r.host_kind} {r.host_version or ''}".rstrip()
+        if r.facts_file:
+            host += f" (from {config.FACTS_FILE.name}={r.facts_file}, not probed)"
         route = route_flag_meaning(r.route_flag, r.host_kind)
         lines.append(f"          route {route}, plugin {plugin}, host {host}")
         grouped = grouped_route_text(r.env, r.host_kind)

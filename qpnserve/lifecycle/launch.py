@@ -155,11 +155,14 @@ _OWNED_ENV = {
 
 
 def replaced_env(base_env: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
-    """One line per variable the user set that the server gets with another value."""
+    """One line per variable the user set that the server gets with another value. A route
+    flag no host accepts is not replaced but refused: the preflight FAILs it (prestart.py)."""
     return [
         f"note: {name}={base_env[name]} in your environment is replaced by {env[name]} ({why})"
         for name, why in _OWNED_ENV.items()
-        if name in base_env and base_env[name] != env.get(name)
+        if name in base_env
+        and base_env[name] != env.get(name)
+        and (name != config.ROUTE_FLAG.name or base_env[name] in config.ROUTE_FLAG_VALUES)
     ]
 
 

@@ -98,6 +98,7 @@ def starting_state(
     host_kind: HostKind,
     host_version: str | None,
     build_key: str | None,
+    facts_file: str | None = None,
 ) -> RunningState:
     return RunningState(
         phase="starting",
@@ -112,6 +113,7 @@ def starting_state(
         include_plugin=opts.include_plugin,
         host_kind=host_kind,
         host_version=host_version,
+        facts_file=facts_file,
         build_key=build_key,
         model=str(opts.model.resolve()),
         served_model_name=opts.served_name,

@@ -4,9 +4,11 @@ already in use (guards.py), and the preflight (which judges the environment the 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from qpnserve.config import ROUTE_FLAG, ROUTE_FLAG_VALUES
 from qpnserve.errors import ConflictError, PreflightError
 from qpnserve.lifecycle.guards import judge, summary_lines
 from qpnserve.lifecycle.guards_probe import gather_guard_facts
@@ -30,7 +32,7 @@ def checks_before_start(
     with locked(root):
         check_conflicts(root, opts, say, dry_run)  # fail fast, before the slow stages
     guard_start(opts, server_env, say)
-    host = stages.preflight(opts, server_env, say)
+    host = stages.preflight(opts, judged_env(server_env, os.environ), say)
     if opts.awq_m1 and host.kind not in ("native", "patched"):
         raise PreflightError(
             f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",
@@ -55,6 +57,17 @@ def guard_start(opts: UpOptions, server_env: Mapping[str, str], say: Progress) -
             f"{shown}{more}",
             hint=f"stop them, then retry: {verdict.clear_command}",
         )
+
+
+def judged_env(server_env: Mapping[str, str], user_env: Mapping[str, str]) -> Mapping[str, str]:
+    """The environment the preflight judges: the server's, except that a route flag of the
+    user's that no host accepts (`2`, `true`, ...) is kept, so that `up` FAILs it exactly as
+    `check` does and refuses to start on that FAIL, instead of silently replacing it."""
+    flag = ROUTE_FLAG.name
+    value = user_env.get(flag)
+    if value is None or value in ROUTE_FLAG_VALUES:
+        return server_env
+    return {**server_env, flag: value}
 
 
 def check_conflicts(root: Path, opts: UpOptions, say: Progress, dry_run: bool = False) -> None:

@@ -3,6 +3,7 @@ started or recorded, and the error `up` would stop with is returned for the CLI 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from qpnserve import config
@@ -25,6 +26,7 @@ class PlanView:
     route: str
     grouped_route: str | None  # a native host's grouped route on the same layers, if any
     host_profile: ProfilePreview | None = None  # what the host's own launch profile will apply
+    facts_file: str | None = None  # the $QPNSERVE_FACTS_FILE the host was read from
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,10 @@ def describe_plan(plan: LaunchPlan) -> PlanView:
     route = route_flag_meaning(plan.recorded_env.get(config.ROUTE_FLAG.name), kind)
     label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
     profile = preview_installed(host.package_dir if host.found else None, plan.argv, plan.env)
-    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind), profile)
+    facts_file = os.environ.get(config.FACTS_FILE.name) or None  # what host_facts() read
+    return PlanView(
+        plan, label, route, grouped_route_text(plan.recorded_env, kind), profile, facts_file
+    )
 
 
 def dry_run(

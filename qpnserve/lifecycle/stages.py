@@ -25,6 +25,7 @@ class HostSummary:
 
     kind: HostKind
     version: str | None
+    facts_file: str | None = None  # the $QPNSERVE_FACTS_FILE that stood in for the machine
 
 
 @dataclass
@@ -48,9 +49,13 @@ def run_preflight_stage(
     sets the route flag and VLLM_PLUGINS itself; everything else the server inherits).
     """
     from qpnserve.preflight import run_preflight
+    from qpnserve.preflight.report import stand_in_note
 
     progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
     report = run_preflight(opts.model, tp=opts.tp, awq_m1=opts.awq_m1, environ=server_env)
+    note = stand_in_note(report.facts)
+    if note:
+        progress(f"preflight: {note}")
     failed = report.failed()
     if failed:
         first = failed[0]
@@ -65,9 +70,10 @@ def run_preflight_stage(
             report=report,
         )
     host = report.facts.host
+    source = report.facts.source_file
     if host is None or not host.found:
-        return HostSummary(kind="none", version=None)
-    return HostSummary(kind=host.kind, version=host.version)
+        return HostSummary(kind="none", version=None, facts_file=source)
+    return HostSummary(kind=host.kind, version=host.version, facts_file=source)
 
 
 def prepare_extension_stage(host: HostSummary, progress: Progress) -> str:

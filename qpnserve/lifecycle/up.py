@@ -63,7 +63,9 @@ def up(
         write_desired(root, desired_from(opts))
         popen = start_server(plan.argv, plan.env, plan.cwd, plan.log_path)
         try:
-            running = starting_state(popen.pid, plan, opts, host.kind, host.version, build_key)
+            running = starting_state(
+                popen.pid, plan, opts, host.kind, host.version, build_key, host.facts_file
+            )
             write_running(root, running)
         except BaseException:
             # Never leave a server that no record names (Ctrl-C or a failed write right here).
