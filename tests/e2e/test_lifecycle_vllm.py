@@ -9,6 +9,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -87,7 +88,7 @@ def test_plugin_is_called_and_idle_in_every_vllm_process(server: Server, scratch
     assert "qpnserve AWQ M1" not in server.log_text()
 
 
-def _smoke(server: Server, out: Path) -> dict[str, object]:
+def _smoke(server: Server, out: Path) -> tuple[dict[str, Any], str]:
     done = server.cli(
         "bench",
         "smoke",
@@ -102,23 +103,42 @@ def _smoke(server: Server, out: Path) -> dict[str, object]:
         timeout_s=300,
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(out.read_text())  # type: ignore[no-any-return]
+    return json.loads(out.read_text()), done.stderr
+
+
+def _assert_cell(cell: dict[str, Any], concurrency: int, table: str) -> None:
+    """What a 2-core server can always show: every request completed at the asked length. A
+    decode window (a moment when every request of the wave was decoding) is not guaranteed:
+    on 2 busy cores the API server may deliver a request's tokens in one burst after the
+    engine ran, so one request can finish before another's first token arrives. Then the
+    report must say why there is no pure figure instead of carrying a bare null."""
+    assert cell["requests"] == cell["completed"] == concurrency, cell
+    assert cell["failed"] == 0
+    # ignore_eos: every stream is exactly the asked length, counted from vLLM's usage.
+    assert [r["tokens_received"] for r in cell["per_request"]] == [OUTPUT_TOKENS] * concurrency
+    assert cell["total_output_tokens"] == OUTPUT_TOKENS * concurrency
+    if cell["pure_decode_tok_s"] is not None:
+        assert cell["window_s"] > 0 and cell["pure_decode_tok_s"] > 0, cell
+        assert cell["window_note"] is None
+    else:
+        assert cell["windows"] == [None], cell
+        reason = cell["window_note"]
+        assert isinstance(reason, str) and reason, cell
+        assert f"C{concurrency}: no decode window, so no pure tok/s: {reason}" in table
 
 
 def test_bench_smoke_measures_c1_and_c4_at_a_fixed_length_twice_and_compares(
     server: Server, scratch: Path
 ) -> None:
-    first = _smoke(server, scratch / "smoke-a.json")
-    second = _smoke(server, scratch / "smoke-b.json")
-    for report in (first, second):
+    runs = [_smoke(server, scratch / name) for name in ("smoke-a.json", "smoke-b.json")]
+    for report, table in runs:
         assert report["complete"] is True
-        assert report["canary"]["passed"] is True  # type: ignore[index]
-        cells = {c["concurrency"]: c for c in report["cells"]}  # type: ignore[attr-defined]
+        assert report["canary"]["passed"] is True
+        assert report["canary"]["checked_streams"] == 2 * (1 + 4)  # warm-up and scored waves
+        cells = {c["concurrency"]: c for c in report["cells"]}
         assert set(cells) == {1, 4}
-        for cell in cells.values():
-            assert cell["pure_decode_tok_s"] > 0
-            # ignore_eos: every stream is exactly the asked length, counted from vLLM's usage.
-            assert {r["tokens_received"] for r in cell["per_request"]} == {OUTPUT_TOKENS}
+        for concurrency, cell in cells.items():
+            _assert_cell(cell, concurrency, table)
     done = server.cli(
         "bench", "compare", str(scratch / "smoke-a.json"), str(scratch / "smoke-b.json")
     )
