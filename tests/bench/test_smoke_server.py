@@ -154,7 +154,11 @@ def test_no_server_at_url_is_a_one_line_error(unused_tcp_port: int) -> None:
     result = invoke_smoke(f"http://127.0.0.1:{unused_tcp_port}")
     assert result.exit_code == int(ExitCode.SERVER)
     assert result.stderr.startswith("error: no OpenAI-compatible server answers at")
-    assert result.stdout == ""
+    # --json: the failure is this run's one document on stdout (#32 defect 4).
+    document = json.loads(result.stdout)
+    assert document["kind"] == "qpnserve.error"
+    assert (document["command"], document["exit_code"]) == ("bench smoke", 5)
+    assert document["error"].startswith("no OpenAI-compatible server answers at")
 
 
 def test_unknown_served_model_name_is_refused_before_measuring() -> None:
