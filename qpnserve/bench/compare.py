@@ -45,6 +45,9 @@ class CellDelta(BaseModel):
     metrics: list[MetricDelta]
     noise_pct: float | None  # the larger per-wave spread of pure decode tok/s, when measured
     pure_delta_within_noise: bool | None
+    # Why A's / B's pure decode tok/s is missing (the run's own window note), when it is.
+    no_pure_reason_a: str | None = None
+    no_pure_reason_b: str | None = None
 
 
 class RunRef(BaseModel):
@@ -120,6 +123,13 @@ def mismatches(a: BenchReport, b: BenchReport) -> list[str]:
     return found
 
 
+def _no_pure_reason(cell: CellResult) -> str | None:
+    if cell.pure_decode_tok_s is not None:
+        return None
+    # Reports written before window notes existed carry none: say that much, not nothing.
+    return cell.window_note or "the report gives no reason (no decode window in a wave)"
+
+
 def _ref(path: str, report: BenchReport) -> RunRef:
     return RunRef(
         path=path,
@@ -161,6 +171,8 @@ def compare(a: BenchReport, b: BenchReport, a_path: str = "A", b_path: str = "B"
                 metrics=metrics,
                 noise_pct=noise,
                 pure_delta_within_noise=within,
+                no_pure_reason_a=_no_pure_reason(cell_a),
+                no_pure_reason_b=_no_pure_reason(cell_b),
             )
         )
     found = mismatches(a, b)

@@ -111,6 +111,10 @@ def compare_table(result: CompareReport) -> str:
             )
     lines += _table(header, rows)
     lines.append("")
+    for cell in result.cells:
+        for name, reason in (("A", cell.no_pure_reason_a), ("B", cell.no_pure_reason_b)):
+            if reason:
+                lines.append(f"C{cell.concurrency}: no pure tok/s in {name}: {reason}")
     lines += [f"warning: {m}" for m in result.mismatches]
     lines.append(result.noise_caveat)
     return "\n".join(lines)

@@ -131,5 +131,17 @@ def test_compare_and_its_table_survive_a_cell_without_a_window() -> None:
     pure = next(m for m in result.cells[1].metrics if m.metric == "pure_decode_tok_s")
     assert (pure.a, pure.delta_pct) == (None, None)
     assert pure.b == 4 / 0.25
-    text = compare_table(result)
-    assert "C4" in text and "C1" in text
+    assert result.cells[1].no_pure_reason_a == a.cells[1].window_note
+    assert result.cells[1].no_pure_reason_b is None
+    assert result.cells[0].no_pure_reason_a is None
+
+
+def test_compare_table_says_why_a_pure_figure_is_missing() -> None:
+    # The first burst ends at 0.50 s; the last request's first token comes at 1.25 s (#32 defect 5).
+    text = compare_table(compare(burst_report(), report(0.25)))
+    said = [line for line in text.splitlines() if line.startswith("C4: no pure tok/s")]
+    assert said == [
+        "C4: no pure tok/s in A: a request finished at 0.50 s, before the last one's first "
+        "token at 1.25 s, so no moment had every request decoding (more --output-tokens "
+        "widens the overlap)"
+    ]
