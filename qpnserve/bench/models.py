@@ -116,6 +116,17 @@ class CellResult(BaseModel):
     windows: list[Window | None]
     window_note: str | None = None  # why there is no pure figure (a wave without a window)
     per_request: list[RequestResult]
+    # From the server's /metrics just before and after the scored waves (bench/steps.py): the
+    # share of engine steps that scheduled exactly one token, the only steps the M=1 route
+    # serves. None with single_token_step_reason when the server has no such metric.
+    single_token_step_share: float | None = None
+    single_token_step_reason: str | None = None
+    engine_steps: int | None = None
+    single_token_steps: int | None = None
+    # Speculative decoding's counters over the same stretch; None: the server does not speculate.
+    draft_tokens: int | None = None
+    accepted_draft_tokens: int | None = None
+    draft_acceptance_rate: float | None = None
 
 
 class CanaryResult(BaseModel):

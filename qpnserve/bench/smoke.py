@@ -20,12 +20,14 @@ from qpnserve.bench.client import probe_server, request_body, run_wave
 from qpnserve.bench.models import (
     BenchReport,
     CanaryResult,
+    CellResult,
     ClientInfo,
     PromptInfo,
     Settings,
     StreamRecord,
 )
 from qpnserve.bench.prompt import Prompt
+from qpnserve.bench.steps import StepCounters, StepShare, delta, scrape, share_text
 from qpnserve.bench.summarize import canary_failures, summarize_cell
 from qpnserve.errors import BenchError, CanaryError, QpnError, ServerError, UsageError
 
@@ -157,8 +159,13 @@ async def _measure(
     failure: QpnError | None = None
     for concurrency in opts.concurrency:
         scored: list[list[StreamRecord]] = []
+        before: StepCounters | str = "the cell scored no wave"
         for index in range(opts.warmup_waves + opts.rounds):
             is_warmup = index < opts.warmup_waves
+            if index == opts.warmup_waves:
+                # vLLM records a step's counts before it releases the step's tokens, so once
+                # the last warm-up stream ended its steps are all in this scrape.
+                before = await scrape(client, opts.url)
             number = index + 1 if is_warmup else index - opts.warmup_waves + 1
             where = f"C{concurrency} {'warm-up' if is_warmup else 'wave'} {number}"
             progress(f"{where}: {concurrency} request(s) of {opts.output_tokens} tokens")
@@ -173,10 +180,12 @@ async def _measure(
             if failure or problems:
                 break
         if scored:
-            cell = summarize_cell(concurrency, scored)
+            steps = delta(before, await scrape(client, opts.url))
+            cell = with_steps(summarize_cell(concurrency, scored), steps)
             report.cells.append(cell)
             if cell.pure_decode_tok_s is not None:
                 progress(f"C{concurrency}: pure decode {cell.pure_decode_tok_s:.2f} tok/s")
+            progress(f"C{concurrency}: {share_text(steps)}")
         if failure or problems:
             break
     if cached_tokens:
@@ -191,6 +200,20 @@ async def _measure(
             "back (`qpnserve rollback --restart`) and compare",
         )
     return failure
+
+
+def with_steps(cell: CellResult, steps: StepShare) -> CellResult:
+    return cell.model_copy(
+        update={
+            "single_token_step_share": steps.share,
+            "single_token_step_reason": steps.reason,
+            "engine_steps": steps.engine_steps,
+            "single_token_steps": steps.single_token_steps,
+            "draft_tokens": steps.draft_tokens,
+            "accepted_draft_tokens": steps.accepted_tokens,
+            "draft_acceptance_rate": steps.acceptance_rate,
+        }
+    )
 
 
 def _check_fits(opts: SmokeOptions, max_model_len: int | None) -> None:

@@ -193,6 +193,8 @@ def render_status(report: StatusReport) -> str:
             lines.append(f"          process group {r.pgid}: {len(report.group_pids)} processes")
         lines.append(f"health:   {report.health_detail or 'not probed'}")
         lines.append(f"route:    {report.route_text or '-'}")
+        if report.steps_text:
+            lines.append(f"steps:    {report.steps_text}")
     if report.restart_needed:
         lines.append("restart needed: yes")
         lines += [f"  - {reason}" for reason in report.restart_reasons]

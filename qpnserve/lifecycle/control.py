@@ -95,6 +95,10 @@ class StatusReport(BaseModel):
     restart_needed: bool
     restart_reasons: list[str] = Field(default_factory=list)
     restart_command: str | None = None
+    # The user's own traffic since the server started (qpnserve.bench.steps): the share of
+    # engine steps that scheduled one token, the only steps the M=1 route serves.
+    single_token_step_share: float | None = None
+    steps_text: str | None = None
 
 
 def status(probe_timeout_s: float = 2.0) -> StatusReport:
@@ -125,6 +129,7 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
     if phase == "gone" and members:
         reasons.append(f"pids {members} of its process group remain: `qpnserve down` stops them")
     command = restart_command(desired) if needed else None
+    share, steps_text = _steps(running, healthy, probe_timeout_s)
     return StatusReport(
         state_dir=str(root),
         desired=desired,
@@ -138,7 +143,20 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         restart_needed=needed,
         restart_reasons=reasons,
         restart_command=command,
+        single_token_step_share=share,
+        steps_text=steps_text,
     )
+
+
+def _steps(
+    running: RunningState | None, healthy: bool | None, timeout_s: float
+) -> tuple[float | None, str | None]:
+    if running is None or not healthy:
+        return None, None
+    from qpnserve.bench.steps import scrape_now, share_text, since_start
+
+    share = since_start(scrape_now(running.base_url, timeout_s))
+    return share.share, share_text(share, " since the server started")
 
 
 def _route_text(running: RunningState | None, route: RouteSummary | None) -> str | None:
