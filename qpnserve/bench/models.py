@@ -66,6 +66,10 @@ class ServerInfo(BaseModel):
     prefix_caching: str | None = None
     cached_prompt_tokens: int | None = None  # summed over scored requests, when usage reports it
     route: str | None = None  # set by `bench ab`: the route flag and what the ranks reported
+    # Whether the server speculates, by its own /metrics (vLLM registers the spec_decode
+    # counters only then; None: it could not tell), and qpnserve.speculation's line about it.
+    speculating: bool | None = None
+    speculation: str | None = None
 
 
 class ClientInfo(BaseModel):

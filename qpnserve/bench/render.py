@@ -30,6 +30,7 @@ def smoke_table(report: BenchReport) -> str:
         f"server  {report.server.url}  model {report.server.model}  "
         f"version {report.server.version or 'unknown'}  "
         f"prefix caching {report.server.prefix_caching or 'not reported'}",
+        *([report.server.speculation] if report.server.speculation else []),
         f"prompt  {prompt_text} ({prompt.source}, sha256 {prompt.sha256[:12]})  "
         f"output {s.output_tokens} tokens  greedy, ignore_eos  "
         f"warm-up {s.warmup_waves} wave(s)/cell  scored {s.rounds} wave(s)/cell",

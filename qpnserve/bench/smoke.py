@@ -139,8 +139,11 @@ async def _run(opts: SmokeOptions, progress: Callable[[str], None]) -> SmokeOutc
             ),
             canary=CanaryResult(passed=True, checked_streams=0),
         )
+        initial = await scrape(client, opts.url)
         body = request_body(server.model, opts.prompt, opts.output_tokens)
         failure = await _measure(client, opts, body, report, progress)
+    _say_speculation(report, initial)
+    progress(str(report.server.speculation))
     report.finished_at = _now_iso()
     report.complete = failure is None
     report.error = failure.message if failure else None
@@ -200,6 +203,23 @@ async def _measure(
             "back (`qpnserve rollback --restart`) and compare",
         )
     return failure
+
+
+def _say_speculation(report: BenchReport, initial: StepCounters | str) -> None:
+    from qpnserve.speculation import from_server, route_meaning, unknown
+
+    if isinstance(initial, str) or initial.missing:
+        spec = unknown(initial if isinstance(initial, str) else str(initial.missing))
+    else:
+        report.server.speculating = initial.draft_tokens is not None
+        spec = from_server(report.server.speculating)
+    shares = [
+        f"{c.single_token_step_share:.2f} at C{c.concurrency}"
+        for c in report.cells
+        if c.single_token_step_share is not None
+    ]
+    measured = f"single-token step share {', '.join(shares)}" if shares else None
+    report.server.speculation = route_meaning(spec, measured)
 
 
 def with_steps(cell: CellResult, steps: StepShare) -> CellResult:

@@ -110,6 +110,7 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
                 "host": view.host,
                 "route": view.route,
                 "grouped_route": view.grouped_route,
+                "speculation": view.speculation,
             }
         )
         return
@@ -118,6 +119,7 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
     lines.append(f"# host {view.host}: route {view.route}")
     if view.grouped_route:
         lines.append(f"# {view.grouped_route}")
+    lines.append(f"# {view.speculation}")
     for name, value in plan.recorded_env.items():
         lines.append(f"{name}={shlex.quote(value)}" if value is not None else f"# {name} unset")
     lines.append(shlex.join(plan.argv))
@@ -195,6 +197,8 @@ def render_status(report: StatusReport) -> str:
         lines.append(f"route:    {report.route_text or '-'}")
         if report.steps_text:
             lines.append(f"steps:    {report.steps_text}")
+        if report.speculation_text:
+            lines.append(f"          {report.speculation_text}")
     if report.restart_needed:
         lines.append("restart needed: yes")
         lines += [f"  - {reason}" for reason in report.restart_reasons]

@@ -99,6 +99,7 @@ class StatusReport(BaseModel):
     # engine steps that scheduled one token, the only steps the M=1 route serves.
     single_token_step_share: float | None = None
     steps_text: str | None = None
+    speculation_text: str | None = None  # qpnserve.speculation's line, from /metrics and argv
 
 
 def status(probe_timeout_s: float = 2.0) -> StatusReport:
@@ -129,7 +130,7 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
     if phase == "gone" and members:
         reasons.append(f"pids {members} of its process group remain: `qpnserve down` stops them")
     command = restart_command(desired) if needed else None
-    share, steps_text = _steps(running, healthy, probe_timeout_s)
+    share, steps_text, speculation_text = _steps(running, healthy, probe_timeout_s)
     return StatusReport(
         state_dir=str(root),
         desired=desired,
@@ -145,18 +146,28 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         restart_command=command,
         single_token_step_share=share,
         steps_text=steps_text,
+        speculation_text=speculation_text,
     )
 
 
 def _steps(
     running: RunningState | None, healthy: bool | None, timeout_s: float
-) -> tuple[float | None, str | None]:
+) -> tuple[float | None, str | None, str | None]:
+    """The share since start, its line, and speculation said plainly (None: not probed)."""
     if running is None or not healthy:
-        return None, None
+        return None, None, None
     from qpnserve.bench.steps import scrape_now, share_text, since_start
+    from qpnserve.speculation import from_launch, from_server, route_meaning
 
-    share = since_start(scrape_now(running.base_url, timeout_s))
-    return share.share, share_text(share, " since the server started")
+    counters = scrape_now(running.base_url, timeout_s)
+    share = since_start(counters)
+    text = share_text(share, " since the server started")
+    if isinstance(counters, str) or counters.missing:  # not vLLM's metrics: judge the launch
+        spec = from_launch(running.argv, running.env)
+    else:
+        spec = from_server(share.speculating, running.argv)
+    measured = None if share.share is None else f"single-token step share {share.share:.2f}"
+    return share.share, text, route_meaning(spec, measured)
 
 
 def _route_text(running: RunningState | None, route: RouteSummary | None) -> str | None:

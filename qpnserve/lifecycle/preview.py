@@ -23,6 +23,7 @@ class PlanView:
     host: str  # "ReVolta 0.1.4 (native)", or "no vllm found"
     route: str
     grouped_route: str | None  # a native host's grouped route on the same layers, if any
+    speculation: str = ""  # qpnserve.speculation's plain-words line for this launch
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,14 @@ class DryRun:
 def describe_plan(plan: LaunchPlan) -> PlanView:
     from qpnserve.host_routes import grouped_route_text, route_flag_meaning
     from qpnserve.preflight.gather import host_facts
+    from qpnserve.speculation import describe_launch
 
     host = host_facts()
     kind = host.kind if host.found else None
     route = route_flag_meaning(plan.recorded_env.get(config.ROUTE_FLAG.name), kind)
     label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
-    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind))
+    speculation = describe_launch(plan.argv, plan.env)
+    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind), speculation)
 
 
 def dry_run(

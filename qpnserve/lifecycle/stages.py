@@ -50,7 +50,13 @@ def run_preflight_stage(
     from qpnserve.preflight import run_preflight
 
     progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
-    report = run_preflight(opts.model, tp=opts.tp, awq_m1=opts.awq_m1, environ=server_env)
+    report = run_preflight(
+        opts.model,
+        tp=opts.tp,
+        awq_m1=opts.awq_m1,
+        environ=server_env,
+        server_args=opts.extra_args,
+    )
     failed = report.failed()
     if failed:
         first = failed[0]

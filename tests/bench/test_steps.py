@@ -167,6 +167,9 @@ def test_status_reads_the_share_since_the_server_started() -> None:
     config = FakeServerConfig(metrics=True, steps_per_request=10, single_token_steps_per_request=9)
     with run_fake_server(config) as url:
         smoke(url, "--concurrency", "1", "--warmup", "1")  # two requests in all
-        share, text = _steps(SimpleNamespace(base_url=url), True, 5.0)  # type: ignore[arg-type]
+        running = SimpleNamespace(base_url=url, argv=[])
+        share, text, speculation = _steps(running, True, 5.0)  # type: ignore[arg-type]
     assert share == pytest.approx(18 / 20)
     assert text == "single-token step share 0.90 (18 of 20 engine steps since the server started)"
+    assert speculation is not None and speculation.startswith("speculation off (")
+    assert speculation.endswith("; measured single-token step share 0.90")
