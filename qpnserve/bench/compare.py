@@ -124,7 +124,9 @@ def mismatches(a: BenchReport, b: BenchReport) -> list[str]:
     for name, report in (("A", a), ("B", b)):
         if not report.complete:
             found.append(f"{name} is a partial report: {report.error}")
-        if not report.canary.passed:
+        if report.canary.checked_streams == 0:
+            found.append(f"{name}'s canary examined no stream: nothing shows its output is sane")
+        elif not report.canary.passed:
             found.append(f"{name} failed the correctness canary: its speed means nothing")
     return found
 

@@ -134,9 +134,12 @@ class CellResult(BaseModel):
 
 
 class CanaryResult(BaseModel):
+    # True only when at least one stream was examined and none failed: a canary that examined
+    # nothing (every stream broke first) is not a pass (note says so).
     passed: bool
     checked_streams: int
     failures: list[str] = Field(default_factory=list)
+    note: str | None = None
 
 
 class BenchReport(BaseModel):

@@ -78,8 +78,12 @@ def smoke_table(report: BenchReport) -> str:
     lines += [
         f"C{c.concurrency}: {draft_text(c)}" for c in report.cells if c.draft_tokens is not None
     ]
-    verdict = "passed" if report.canary.passed else "FAILED"
-    lines.append(f"canary {verdict} ({report.canary.checked_streams} streams checked)")
+    canary = report.canary
+    if canary.checked_streams == 0:
+        lines.append("canary NOT RUN (0 streams examined): not counted as passed")
+    else:
+        verdict = "passed" if canary.passed else "FAILED"
+        lines.append(f"canary {verdict} ({canary.checked_streams} streams checked)")
     lines += [f"  {failure}" for failure in report.canary.failures]
     if not report.complete:
         lines.append(f"PARTIAL REPORT: {report.error}")

@@ -137,7 +137,7 @@ async def _run(opts: SmokeOptions, progress: Callable[[str], None]) -> SmokeOutc
                 request_timeout_s=opts.request_timeout_s,
                 prompt=opts.prompt_info,
             ),
-            canary=CanaryResult(passed=True, checked_streams=0),
+            canary=CanaryResult(passed=False, checked_streams=0),
         )
         initial = await scrape(client, opts.url)
         body = request_body(server.model, opts.prompt, opts.output_tokens)
@@ -193,7 +193,9 @@ async def _measure(
             break
     if cached_tokens:
         report.server.cached_prompt_tokens = sum(cached_tokens)
-    report.canary.passed = not problems
+    report.canary.passed = not problems and report.canary.checked_streams > 0
+    if report.canary.checked_streams == 0:
+        report.canary.note = "no stream was examined (every request broke first): not a pass"
     report.canary.failures = problems[:_MAX_LISTED_CANARY_FAILURES]
     if problems and failure is None:
         failure = CanaryError(

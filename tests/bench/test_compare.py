@@ -145,3 +145,11 @@ def test_compare_table_says_why_a_pure_figure_is_missing() -> None:
         "token at 1.25 s, so no moment had every request decoding (more --output-tokens "
         "widens the overlap)"
     ]
+
+
+def test_compare_warns_when_a_canary_examined_nothing() -> None:
+    empty = report(0.25)
+    empty.canary = CanaryResult(passed=False, checked_streams=0)
+    result = compare(report(0.25), empty)
+    assert "B's canary examined no stream: nothing shows its output is sane" in result.mismatches
+    assert result.comparable is False

@@ -186,3 +186,16 @@ def test_smoke_table_says_why_a_cell_has_no_pure_figure() -> None:
     said = [ln for ln in result.stderr.splitlines() if ln.startswith("C2: no decode window")]
     assert len(said) == 1, result.stderr
     assert "finished at" in said[0]
+
+
+def test_a_canary_that_examined_no_stream_is_not_a_pass(tmp_path) -> None:
+    # Every stream breaks before its end, so the canary sees none (#30 item 5).
+    config = FakeServerConfig(failure="close", failure_after_tokens=1)
+    with run_fake_server(config) as url:
+        result = invoke_smoke(url, "--concurrency", "1", "--warmup", "0")
+    assert result.exit_code == int(ExitCode.SERVER), result.output
+    canary = json.loads(result.stdout)["canary"]
+    assert (canary["passed"], canary["checked_streams"]) == (False, 0)
+    assert canary["note"].startswith("no stream was examined")
+    assert "canary NOT RUN (0 streams examined): not counted as passed" in result.stderr
+    assert "canary passed" not in result.stderr
