@@ -173,7 +173,7 @@ def decide(
             True,
             str(method) if method is not None else None,
             k if isinstance(k, int) else None,
-            "the server's arguments (--speculative-config)",
+            "--speculative-config in the server's arguments",
         )
     return _auto_rule(env, model_config, compute_capability, host_package_dir)
 
@@ -216,7 +216,7 @@ def _auto_rule(
 def from_server(speculating: bool, args: Sequence[str] | None = None) -> Speculation:
     """What a running vLLM says (its spec_decode counters), with k from its arguments if known."""
     if not speculating:
-        return Speculation(False, source="the server counts no draft tokens (/metrics)")
+        return Speculation(False, source="its /metrics counts no draft tokens")
     config = declared(args or []) or {}
     k = config.get("num_speculative_tokens")
     method = config.get("method")
@@ -224,7 +224,7 @@ def from_server(speculating: bool, args: Sequence[str] | None = None) -> Specula
         True,
         str(method) if method is not None else None,
         k if isinstance(k, int) else None,
-        "the server counts draft tokens (/metrics)",
+        "its /metrics counts draft tokens",
     )
 
 
@@ -269,13 +269,14 @@ def route_meaning(spec: Speculation, measured: str | None = None) -> str:
         )
     if spec.on is None:
         return f"speculation unknown ({spec.source}){tail}"
-    what = spec.method or "method not given"
-    if spec.num_speculative_tokens is None:
-        rows, k = "k+1", "k"
-    else:
-        rows, k = str(spec.num_speculative_tokens + 1), str(spec.num_speculative_tokens)
+    known = [
+        spec.method or "",
+        "" if spec.num_speculative_tokens is None else f"k={spec.num_speculative_tokens}",
+    ]
+    what = ", ".join(part for part in known if part)
+    rows = "k+1" if spec.num_speculative_tokens is None else str(spec.num_speculative_tokens + 1)
     return (
-        f"speculation on ({what}, k={k}; {spec.source}): a decode step schedules {rows} tokens "
-        f"per request, so the M=1 route does not fire on decode; with full CUDA graphs even a "
-        f"1-token step replays a {rows}-row graph{tail}"
+        f"speculation on ({what + '; ' if what else ''}{spec.source}): a decode step schedules "
+        f"{rows} tokens per request, so the M=1 route does not fire on decode; with full CUDA "
+        f"graphs even a 1-token step replays a {rows}-row graph{tail}"
     )

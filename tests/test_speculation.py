@@ -113,7 +113,7 @@ def test_what_cannot_be_known_is_unknown_not_off() -> None:
 
 def test_route_meaning_says_k_plus_one_rows_and_that_the_route_does_not_fire() -> None:
     line = route_meaning(decide(["--speculative-config", NGRAM], {}, MOE_CONFIG), "0.13 at C1")
-    assert line.startswith("speculation on (ngram, k=4; the server's arguments")
+    assert line.startswith("speculation on (ngram, k=4; --speculative-config in the server")
     assert "a decode step schedules 5 tokens per request" in line
     assert "the M=1 route does not fire on decode" in line
     assert "even a 1-token step replays a 5-row graph" in line
@@ -124,3 +124,14 @@ def test_route_meaning_without_speculation_names_the_step_the_route_serves() -> 
     line = route_meaning(decide([], {}, MOE_CONFIG))
     assert line.startswith("speculation off (no --speculative-config; ")
     assert "a decode step of one request schedules one token, the step the M=1 route serves" in line
+
+
+def test_a_server_that_counts_drafts_is_speculating_even_when_k_is_not_known() -> None:
+    from qpnserve.speculation import from_server
+
+    line = route_meaning(from_server(True))
+    assert line.startswith("speculation on (its /metrics counts draft tokens): ")
+    assert "a decode step schedules k+1 tokens per request" in line
+    assert route_meaning(from_server(False)).startswith(
+        "speculation off (its /metrics counts no draft tokens): "
+    )

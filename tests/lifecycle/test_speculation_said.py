@@ -15,7 +15,7 @@ def test_dry_run_says_speculation_on_from_the_users_arguments(env: Env) -> None:
     assert result.exit_code == 0, result.stderr
     said = [line for line in result.stdout.splitlines() if line.startswith("# speculation")]
     assert len(said) == 1, result.stdout
-    assert said[0].startswith("# speculation on (ngram, k=4; the server's arguments")
+    assert said[0].startswith("# speculation on (ngram, k=4; --speculative-config in the server")
     assert "a decode step schedules 5 tokens per request" in said[0]
     assert "the M=1 route does not fire on decode" in said[0]
     plan = json.loads(cli("up", "--dry-run", "--json", "--", "-sc", NGRAM).stdout)
