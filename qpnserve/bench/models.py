@@ -121,7 +121,7 @@ class CellResult(BaseModel):
     window_note: str | None = None  # why there is no pure figure (a wave without a window)
     per_request: list[RequestResult]
     # From the server's /metrics just before and after the scored waves (bench/steps.py): the
-    # share of engine steps that scheduled exactly one token, the only steps the M=1 route
+    # share of engine steps that processed exactly one token, the only steps the M=1 route
     # serves. None with single_token_step_reason when the server has no such metric.
     single_token_step_share: float | None = None
     single_token_step_reason: str | None = None

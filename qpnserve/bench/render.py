@@ -62,8 +62,9 @@ def smoke_table(report: BenchReport) -> str:
         "(after the last first token, up to the first finish) / window length"
     )
     lines.append(
-        "1-token steps = share of the server's engine steps that scheduled exactly one token "
-        "while the cell's scored requests ran: the only steps the AWQ M1 route serves"
+        "1-token steps = share of the server's engine steps that processed exactly one token "
+        "(one request decoding, no prompt) while the cell's scored requests ran: the only "
+        "steps the AWQ M1 route serves"
     )
     lines += [
         f"C{c.concurrency}: no decode window, so no pure tok/s: {c.window_note}"

@@ -1,12 +1,14 @@
-"""How many engine steps scheduled exactly one token: the steps the AWQ M1 route can serve.
+"""How many engine steps processed exactly one token: the steps the AWQ M1 route can serve.
 
-vLLM counts the tokens every engine step scheduled in the histogram
-``vllm:iteration_tokens_total`` (prompt tokens computed plus tokens generated); its ``le="1"``
-bucket counts the steps that scheduled one token, which is a decode step of one request
-without speculation. The route serves only those steps (its MoE layers see one row), so the
-share of single-token steps says how often it can fire on the traffic measured. With
-speculation vLLM also counts ``vllm:spec_decode_num_draft_tokens`` and
-``..._num_accepted_tokens``, whose ratio is the draft acceptance rate.
+vLLM counts the tokens of every engine step in the histogram ``vllm:iteration_tokens_total``
+(prompt tokens computed plus tokens generated); its ``le="1"`` bucket counts the steps that
+processed one token, which without speculation is a decode step of one request. The route
+serves only those steps (its MoE layers see one row), so the share of single-token steps says
+how often it can fire on the traffic measured. With speculation a verify step whose drafts were
+all rejected also generated one token and lands in that bucket although it ran k+1 rows (the
+route fires on none of them anyway); vLLM then also counts
+``vllm:spec_decode_num_draft_tokens`` and ``..._num_accepted_tokens``, whose ratio is the draft
+acceptance rate.
 
 Counters are cumulative since the server started: a figure for a stretch of traffic is the
 difference of two scrapes (``delta``); ``since_start`` reads one scrape as it is. Parsing is
@@ -33,7 +35,7 @@ class StepCounters:
     """One scrape's cumulative counts, summed over engines; None where the server has none."""
 
     steps: float | None  # engine steps (the histogram's count)
-    single_token_steps: float | None  # steps that scheduled exactly one token
+    single_token_steps: float | None  # steps that processed exactly one token
     draft_tokens: float | None  # None: no speculation counters (speculation off)
     accepted_tokens: float | None
     missing: str | None = None  # why steps or single_token_steps is None

@@ -96,7 +96,7 @@ class StatusReport(BaseModel):
     restart_reasons: list[str] = Field(default_factory=list)
     restart_command: str | None = None
     # The user's own traffic since the server started (qpnserve.bench.steps): the share of
-    # engine steps that scheduled one token, the only steps the M=1 route serves.
+    # engine steps that processed one token, the only steps the M=1 route serves.
     single_token_step_share: float | None = None
     steps_text: str | None = None
     speculation_text: str | None = None  # qpnserve.speculation's line, from /metrics and argv
