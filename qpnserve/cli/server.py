@@ -148,6 +148,7 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
                 "grouped_route": view.grouped_route,
                 "host_profile": asdict(view.host_profile) if view.host_profile else None,
                 "facts_file": view.facts_file,
+                "speculation": view.speculation,
             }
         )
         return
@@ -163,6 +164,7 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
         lines.append(f"# {view.grouped_route}")
     if view.host_profile:
         lines += [f"# {line}" for line in preview_lines(view.host_profile)]
+    lines.append(f"# {view.speculation}")
     for name, value in plan.recorded_env.items():
         lines.append(f"{name}={shlex.quote(value)}" if value is not None else f"# {name} unset")
     lines.append(shlex.join(plan.argv))
@@ -266,6 +268,10 @@ def render_status(report: StatusReport) -> str:
             lines.append(f"graphs:   {report.route_graphs.text}")
         if report.route_values is not None:
             lines.append(f"sources:  {sources_line(report.route_values)}")
+        if report.steps_text:
+            lines.append(f"steps:    {report.steps_text}")
+        if report.speculation_text:
+            lines.append(f"          {report.speculation_text}")
     if report.restart_needed:
         lines.append("restart needed: yes")
         lines += [f"  - {reason}" for reason in report.restart_reasons]

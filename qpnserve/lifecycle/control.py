@@ -108,6 +108,11 @@ class StatusReport(BaseModel):
     restart_command: str | None = None
     # Each route-related value of the running server with its source (qpnserve.route_sources).
     route_values: RouteValues | None = None
+    # The user's own traffic since the server started (qpnserve.bench.steps): the share of
+    # engine steps that processed one token, the only steps the M=1 route serves.
+    single_token_step_share: float | None = None
+    steps_text: str | None = None
+    speculation_text: str | None = None  # qpnserve.speculation's line, from /metrics and argv
 
 
 def status(probe_timeout_s: float = 2.0) -> StatusReport:
@@ -149,6 +154,7 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
     if phase == "gone" and members:
         reasons.append(f"pids {members} of its process group remain: `qpnserve down` stops them")
     command = restart_command(desired) if needed else None
+    share, steps_text, speculation_text = _steps(running, healthy, probe_timeout_s)
     return StatusReport(
         state_dir=str(root),
         desired=desired,
@@ -166,7 +172,30 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         restart_reasons=reasons,
         restart_command=command,
         route_values=route_values,
+        single_token_step_share=share,
+        steps_text=steps_text,
+        speculation_text=speculation_text,
     )
+
+
+def _steps(
+    running: RunningState | None, healthy: bool | None, timeout_s: float
+) -> tuple[float | None, str | None, str | None]:
+    """The share since start, its line, and speculation said plainly (None: not probed)."""
+    if running is None or not healthy:
+        return None, None, None
+    from qpnserve.bench.steps import scrape_now, share_text, since_start
+    from qpnserve.speculation import from_launch, from_server, route_meaning
+
+    counters = scrape_now(running.base_url, timeout_s)
+    share = since_start(counters)
+    text = share_text(share, " since the server started")
+    if isinstance(counters, str) or counters.missing:  # not vLLM's metrics: judge the launch
+        spec = from_launch(running.argv, running.env)
+    else:
+        spec = from_server(share.speculating, running.argv)
+    measured = None if share.share is None else f"single-token step share {share.share:.2f}"
+    return share.share, text, route_meaning(spec, measured)
 
 
 def _route_text(running: RunningState | None, route: RouteSummary | None) -> str | None:

@@ -27,6 +27,7 @@ class PlanView:
     grouped_route: str | None  # a native host's grouped route on the same layers, if any
     host_profile: ProfilePreview | None = None  # what the host's own launch profile will apply
     facts_file: str | None = None  # the $QPNSERVE_FACTS_FILE the host was read from
+    speculation: str = ""  # qpnserve.speculation's plain-words line for this launch
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class DryRun:
 def describe_plan(plan: LaunchPlan) -> PlanView:
     from qpnserve.host_routes import grouped_route_text, route_flag_meaning
     from qpnserve.preflight.gather import host_facts
+    from qpnserve.speculation import describe_launch
 
     host = host_facts()
     kind = host.kind if host.found else None
@@ -49,8 +51,15 @@ def describe_plan(plan: LaunchPlan) -> PlanView:
     label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
     profile = preview_installed(host.package_dir if host.found else None, plan.argv, plan.env)
     facts_file = os.environ.get(config.FACTS_FILE.name) or None  # what host_facts() read
+    speculation = describe_launch(plan.argv, plan.env)
     return PlanView(
-        plan, label, route, grouped_route_text(plan.recorded_env, kind), profile, facts_file
+        plan,
+        label,
+        route,
+        grouped_route_text(plan.recorded_env, kind),
+        profile,
+        facts_file,
+        speculation,
     )
 
 

@@ -52,7 +52,13 @@ def run_preflight_stage(
     from qpnserve.preflight.report import stand_in_note
 
     progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
-    report = run_preflight(opts.model, tp=opts.tp, awq_m1=opts.awq_m1, environ=server_env)
+    report = run_preflight(
+        opts.model,
+        tp=opts.tp,
+        awq_m1=opts.awq_m1,
+        environ=server_env,
+        server_args=opts.extra_args,
+    )
     note = stand_in_note(report.facts)
     if note:
         progress(f"preflight: {note}")

@@ -28,6 +28,7 @@ from qpnserve.lifecycle.route_check import (
 )
 from qpnserve.lifecycle.stages import Stages
 from qpnserve.route_report import clear_reports, read_refusals, read_reports
+from qpnserve.speculation import describe_launch
 from qpnserve.state import (
     RunningState,
     clear_running,
@@ -75,6 +76,7 @@ def up(
     say(f"started python -m {opts.server_module} (pid {popen.pid}, its own process group)")
     say(f"  {flag}={running.route_flag}  VLLM_PLUGINS={plan.env[config.VLLM_PLUGINS.name]}")
     say(f"  log: {plan.log_path}")
+    say(f"  {describe_launch(plan.argv, plan.env)}")
     try:
         with _sigterm_as_interrupt():
             _await_ready(popen, running, root, opts, say, plan.env.get(config.API_KEY.name))
