@@ -1,8 +1,6 @@
-// What both forms of the AWQ M1 operator's kernels share: the launch geometry, the kernel
-// arguments, the polled hand-off's state, relaxed accesses and SwiGLU. The forms are in
-// awq_moe_m1_two_kernel.cuh (unit A and the sm_90 default) and awq_moe_m1_sm70.cuh (the V100
-// design); awq_moe_m1_kernels.cuh includes them all. Needs nothing but cuda_fp16.h (NVRTC
-// compiles it for the sm_70 gate).
+// The parts of the V100 design (awq_moe_m1_v100.cuh) that are not about its grid: the kernel
+// arguments, unit A (W13 + SwiGLU of one (tile, route), h to intermediate) and the route
+// combine. Needs nothing but cuda_fp16.h (NVRTC compiles it for the sm_70 gate).
 
 #pragma once
 
@@ -10,7 +8,6 @@
 
 namespace qpn {
 
-constexpr int kWarpsB = kRoutes;  // a W2 unit: one warp per route
 // A unit A's loads in flight per warp, in groups (512 B of codes + metadata each). A V100 needs
 // only ~5-7 KB in flight per SM to cover its memory latency at ~850 GB/s (the V100 design's one
 // CTA of 10 warps x 3 groups x 512 B = 15 KB); sm_80+ issues all of a warp's loads at once.
@@ -20,94 +17,47 @@ constexpr int kMaxDepthA = 3;
 constexpr int kMaxDepthA = kGroups13;
 #endif
 
-// The polled hand-off of h (the sm_90 default): kernel A publishes each pair of h values with
-// the call's tag in one 64-bit word; kernel B polls the words of h it needs until every one
-// carries the tag, so h reaches it one L2 round trip after the store instead of after kernel
-// A's completion. The tag is epoch + 1; the call's last unit B past its polls stores that as the
-// new epoch. Each 64-bit word is one single-copy-atomic access, so a word with the tag holds
-// this call's values.
-//
-// The tag protocol is correct only while the calls that share one slot run one after another,
-// so the launcher gives each stream its own slot, and each stream of each CUDA-graph capture its
-// own (released with the graph); calls on one stream are ordered, and kernel A of a call waits
-// for the previous call's completion before it reads the epoch. Where no slot is left, a call
-// gets the shared overflow slot (index kPolledSlots), whose words nobody trusts: kernel A
-// publishes there as usual (no branch, no register for it), and kernel B reads h from
-// intermediate after kernel A's completion instead (MoeArgs::tagged = 0).
-// Kernel B never polls for long (kMaxPolls): past that it takes the same completion path, so a
-// broken slot (calls raced on it) costs time, never a hang or a trap.
-// 128-byte aligned: kernel B polls the words with 16-byte loads, and every slot of the array
-// then lays its rows of h and its epoch/arrival words out on 128 B lines as slot 0 does (the
-// counters on a line of their own). With 16-byte slots the H200's bench op graphs, which run on
-// a slot other than 0, took 0.5 us more per layer than with every call on slot 0.
-struct alignas(128) PolledH {
-  unsigned long long words[kRoutes][kInter / 2];  // (tag << 32) | h[2j + 1] << 16 | h[2j]
-  unsigned epoch;    // the tag of the last completed call
-  unsigned arrived;  // units B of this call counted in
-};
-static_assert(sizeof(PolledH) % 128 == 0, "every slot of an array starts 128-byte aligned");
-constexpr int kPolledSlots = 64;
-// A poll is one L2 round trip (0.25-0.5 us on an H200), so this is 1-2 ms, hundreds of times
-// kernel A's 5 us: without the tag by then the slot is not this call's alone (or the GPU is
-// shared), and waiting for kernel A's completion is no slower. A count, not a clock: a timer
-// read in the loop would delay every next poll.
-constexpr unsigned kMaxPolls = 1u << 12;
-
 struct MoeArgs {
-  __half* out;                 // (1, 2560) fp16, written completely
-  __half* intermediate;        // (10, 160) fp16, written completely
-  const __half* x;             // (1, 2560) fp16
-  const unsigned* w13;         // (E, 2560, 40) int32 words, tiled (contract section 3)
-  const void* s13;             // (E, 80, 320) int32 records or (E, 80, 320, 3) uint8
-  const unsigned* w2;          // (E, 160, 320) int32 words, tiled
-  const void* s2;              // (E, 5, 2560) int32 records or (E, 5, 2560, 3) uint8
-  const int* ids;              // (1, 10) int32, router order; outside [0, E) = no contribution
-  const float* weights;        // (1, 10) fp32 router weights
-  PolledH* polled;             // sm_90 default: this call's hand-off slot, or the overflow slot
-  int num_experts;             // E, the banks' leading dimension
-  int tagged;                  // sm_90 default: 1 if `polled` is this call's alone
+  __half* out;           // (1, 2560) fp16, written completely
+  __half* intermediate;  // (10, 160) fp16, written completely
+  const __half* x;       // (1, 2560) fp16
+  const unsigned* w13;   // (E, 2560, 40) int32 words, tiled (contract section 3)
+  const void* s13;       // (E, 80, 320) int32 records or (E, 80, 320, 3) uint8
+  const unsigned* w2;    // (E, 160, 320) int32 words, tiled
+  const void* s2;        // (E, 5, 2560) int32 records or (E, 5, 2560, 3) uint8
+  const int* ids;        // (1, 10) int32, router order; outside [0, E) = no contribution
+  const float* weights;  // (1, 10) fp32 router weights
+  int num_experts;       // E, the banks' leading dimension
+#ifdef QPN_TRACE
+  // Traced build only (bench op --trace): (CTAs, kTraceStamps) uint64 %globaltimer stamps.
+  unsigned long long* trace;
+  int trace_skip_barrier;  // 1: no grid barrier (h is then racy: timing only)
+#endif
 };
-
-// Relaxed (gpu scope) accesses for the hand-offs between the CTAs of one call.
-__device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ ulonglong2 load_relaxed_gpu(const unsigned long long* p) {
-  ulonglong2 v;
-  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
-               : "=l"(v.x), "=l"(v.y)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_relaxed_gpu(unsigned* p, unsigned v) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void store_relaxed_gpu(unsigned long long* p, unsigned long long v) {
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-// ---------------------------------------------------------------------------------------------
-// The start of a unit A: its route's expert and its 16 values of intermediate[route]. An invalid
-// expert's h is zeroed here and the caller returns.
-struct UnitRoute {
-  int expert;
-  __half* h_out;
-  bool valid;
-};
-
-__device__ __forceinline__ UnitRoute unit_route(const MoeArgs& a, int tile, int route) {
-  const int e = a.ids[route];
-  __half* h_out = a.intermediate + route * kInter + tile * (kTile / 2);
-  const bool valid = route_is_valid(e, a.num_experts);
-  if (!valid && threadIdx.x < kTile / 2) h_out[threadIdx.x] = __float2half_rn(0.0f);
-  return UnitRoute{e, h_out, valid};
-}
 
 // ---------------------------------------------------------------------------------------------
 // SwiGLU at the end of a unit A.
+
+// g / d for d = 1 + exp(-g) >= 1, |g| <= 65504 (an FP16 value): the IEEE quotient, bit for bit.
+// This is the instruction sequence the compiler emits for an FP32 division (a reciprocal, one
+// Newton step, the quotient and one correction), which is correctly rounded wherever FCHK
+// passes; ptxas's division calls its slow path behind that check, and on sm_70 a CALL waits on
+// every scoreboard in flight, i.e. on W2's loads (tests/kernels/test_sm70_scoreboard.py).
+// Here the slow path (the plain division) is taken only where the operands leave the range in
+// which the sequence is exact: d not below 2^64 (exp overflow) or g zero or subnormal.
+__device__ __forceinline__ float silu_quotient(float g, float d) {
+  const float ag = fabsf(g);
+  if (d < 1.8446744e19f && ag >= 1.17549435e-38f) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
+    const float e = fmaf(-d, y, 1.0f);
+    y = fmaf(y, e, y);
+    const float q = fmaf(g, y, 0.0f);
+    const float r = fmaf(-d, q, g);
+    return fmaf(y, r, q);
+  }
+  return g / d;
+}
 
 // The 16 values of h of a unit A, in lanes 0..15 of the calling warp: the kParts FP32 partials
 // of the tile's 16 gate and 16 up columns summed in ascending order (a fixed order), rounded,
@@ -125,18 +75,98 @@ __device__ __forceinline__ __half swiglu_h(const float* part, int lane) {
     const __half gate16 = __float2half_rn(gate);
     const __half up16 = __float2half_rn(up);
     const float g = __half2float(gate16);
-    const __half silu16 = __float2half_rn(g / (1.0f + expf(-g)));
+    const __half silu16 = __float2half_rn(silu_quotient(g, 1.0f + expf(-g)));
     h = __hmul(silu16, up16);
   }
   return h;
 }
 
-// The end of a unit A, on warp 0: lanes 0..15's h to hs (shared) and h_out.
-__device__ __forceinline__ void store_h(__half h, __half* hs, __half* h_out, int lane) {
-  if (lane < kTile / 2) hs[lane] = h;
+// ---------------------------------------------------------------------------------------------
+// Unit A: W13 + SwiGLU for one (tile, route): 16 values of intermediate[route]. kWarpsA warps
+// (dividing the 80 groups) split K; their FP32 partials meet in shared memory in warp order.
+// An invalid expert's h is zeroed. It does not prefetch W2: 7.68 MB would not stay in a V100's
+// 6 MB L2.
+//
+// Critical path: x is loaded before ids (it does not depend on them) and only stored to shared
+// memory after the weight loads are issued, so the weight stream starts one round trip after
+// the kernel starts, not two.
+template <bool kMeta3, int kWarpsA>
+__device__ __forceinline__ void w13_swiglu_unit(const MoeArgs& a, int tile, int route) {
+  constexpr int kG = kGroups13 / kWarpsA;
+  constexpr int kDepth = kG < kMaxDepthA ? kG : kMaxDepthA;
+  constexpr int kParts = WarpAcc::kParts;
+  constexpr int kRecordBytes = kMeta3 ? 3 : 4;
+  constexpr int kXChunks = kG * 4;  // 16 B chunks of x in this warp's k slice
+  constexpr int kXPerLane = (kXChunks + 31) / 32;
+  __shared__ float part[kWarpsA * kParts * kTile];
+  __shared__ uint4 xs[kWarpsA][kXChunks];
+  __shared__ __align__(16) __half hs[kTile / 2];
+
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int g0 = warp * kG;
+  uint4 xr[kXPerLane];
+#pragma unroll
+  for (int j = 0; j < kXPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < kXChunks) xr[j] = __ldg(reinterpret_cast<const uint4*>(a.x) + g0 * 4 + i);
+  }
+  const int e = a.ids[route];
+  __half* h_out = a.intermediate + route * kInter + tile * (kTile / 2);
+  if (!route_is_valid(e, a.num_experts)) {
+    if (threadIdx.x < kTile / 2) h_out[threadIdx.x] = __float2half_rn(0.0f);
+    return;
+  }
+  const LaneMap lm(lane);
+  const uint4* codes = reinterpret_cast<const uint4*>(
+      a.w13 + static_cast<long long>(e) * kWords13 + (tile * (kHidden / 8) + 4 * g0) * kTile);
+  const unsigned char* meta =
+      static_cast<const unsigned char*>(a.s13) +
+      (static_cast<long long>(e) * kGroups13 * kN13 + g0 * kN13 + tile * kTile) * kRecordBytes;
+  constexpr int kMetaGroupBytes = kN13 * kRecordBytes;
+  GroupFrag<kMeta3> ring[kDepth];
+#pragma unroll
+  for (int g = 0; g < kDepth; ++g) load_group(ring[g], codes, meta, kMetaGroupBytes, g, lm);
+#pragma unroll
+  for (int j = 0; j < kXPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < kXChunks) xs[warp][i] = xr[j];
+  }
   __syncwarp();
-  // 16 values = 32 B: two 16 B stores.
-  if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
+
+  WarpAcc acc;
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    dot_group<kMeta3>(acc, ring[g % kDepth], xs[warp][4 * g + lm.kq]);
+    if (g + kDepth < kG) load_group(ring[g % kDepth], codes, meta, kMetaGroupBytes, g + kDepth, lm);
+  }
+  store_partials(acc, part + warp * kParts * kTile, lane);
+  __syncthreads();
+
+  if (warp == 0) {
+    const __half h = swiglu_h<kWarpsA * kParts>(part, lane);
+    if (lane < kTile / 2) hs[lane] = h;
+    __syncwarp();
+    // 16 values = 32 B: two 16 B stores.
+    if (lane < 2) reinterpret_cast<uint4*>(h_out)[lane] = reinterpret_cast<const uint4*>(hs)[lane];
+  }
+}
+
+// The end of a W2 tile: threads 0 .. kCols - 1 combine the routes' y (FP16 values in FP32,
+// ys[route][column]) in router order and store output tile `tile` of kCols columns.
+template <int kCols>
+__device__ __forceinline__ void combine_routes(const float* ys, const float* wts,
+                                               const int* valid_s, __half* out, int tile) {
+  if (threadIdx.x < kCols) {
+    const int c = threadIdx.x;
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRoutes; ++r) {
+      // Invalid routes contribute exactly zero (skipped, so a NaN weight there cannot leak).
+      if (valid_s[r]) acc = fmaf(wts[r], ys[r * kCols + c], acc);
+    }
+    out[tile * kCols + c] = __float2half_rn(acc);
+  }
 }
 
 }  // namespace qpn

@@ -10,15 +10,13 @@
 // per column). The 8 codes decode with the magic-number trick into 4 exact half2 pairs, then
 // one HFMA2 (q * s + b, a single FP16 rounding, as the contract demands). The FP16 x FP16
 // products are exact and accumulate in FP32 on the tensor cores: mma.m8n8k4 (HMMA.884, the V100
-// instruction, every row of its A operand = x) on sm_70; mma.m16n8k16 with the weights as the
-// 16-row A operand on sm_80+.
+// instruction, every row of its A operand = x), on every GPU (newer ones run it too).
 
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include "awq_moe_m1_geometry.h"
-#include "pdl_device.cuh"
 
 namespace qpn {
 
@@ -27,11 +25,6 @@ namespace qpn {
 
 __device__ __forceinline__ unsigned h2_bits(__half2 v) { return *reinterpret_cast<unsigned*>(&v); }
 __device__ __forceinline__ __half2 bits_h2(unsigned v) { return *reinterpret_cast<__half2*>(&v); }
-
-// Programmatic dependent launch (sm_90+, pdl_device.cuh): kernel B is scheduled while kernel A
-// still runs and waits for A's completion (and its memory), or polls h, only where it reads h.
-using qpn_pdl::pdl_launch_dependents;
-using qpn_pdl::pdl_wait_primary;
 
 // Weights and metadata are read exactly once per call: streaming (evict-first) 128-bit loads.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) { return __ldcs(p); }
@@ -45,22 +38,13 @@ struct GroupFrag {
 };
 
 // Lane -> (kq, col4): which 8-row slice of the group (kq) and which 4-column block (col4) it
-// loads. The choice follows the MMA operand layout so that no shuffles are needed:
-// m16n8k16 wants k pairs indexed by lane % 4; m8n8k4 wants the 8 lanes of a quadpair
-// (lanes 4q..4q+3 and 4q+16..4q+19) on one k slice. Each warp's 32 x 16 B loads still cover
-// one contiguous 512 B group tile (fully coalesced).
-template <bool kMma884>
+// loads. The choice follows the m8n8k4 operand layout so that no shuffles are needed: the 8
+// lanes of a quadpair (lanes 4q..4q+3 and 4q+16..4q+19) sit on one k slice. Each warp's
+// 32 x 16 B loads still cover one contiguous 512 B group tile (fully coalesced).
 struct LaneMap {
   int kq, col4;
-  __device__ __forceinline__ explicit LaneMap(int lane) {
-    if (kMma884) {
-      kq = (lane >> 2) & 3;
-      col4 = (lane & 3) | ((lane >> 4) << 2);
-    } else {
-      kq = lane & 3;
-      col4 = lane >> 2;
-    }
-  }
+  __device__ __forceinline__ explicit LaneMap(int lane)
+      : kq((lane >> 2) & 3), col4((lane & 3) | ((lane >> 4) << 2)) {}
 };
 
 // (a & kMask) | kMagic as one LOP3 (truth table 0xea); written in C++, ptxas emits an AND and
@@ -142,25 +126,6 @@ __device__ __forceinline__ void dequant_word(unsigned word, __half2 s2, __half2 
 // ---------------------------------------------------------------------------------------------
 // Tensor-core steps.
 
-// sm_80+: D(16x8, f32) += A(16x16, f16) * B(16x8, f16) with the WEIGHTS as A: row m of A is one
-// output column, so one instruction covers 16 columns x 16 k (256 weights; x as A would cover
-// only 8 columns, 128). Lane (g = lane / 4, t = lane % 4) supplies A rows g and g + 8 at logical
-// k 2t, 2t+1, 2t+8, 2t+9 and B (x, the same in every column n) at the same logical k. We bind
-// logical k (2t, 2t+1) to the real k (8t, 8t+1) of its word and (2t+8, 2t+9) to (8t+2, 8t+3)
-// (first MMA), then to (8t+4 .. 8t+7) (second). Row g is column 4g + c0, row g + 8 column
-// 4g + c1 of the lane's 4-column block.
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                             unsigned a3, unsigned b0, unsigned b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();  // never launched below sm_80: the launcher picks the m8n8k4 path there
-#endif
-}
-
 // sm_70+: per quadpair D(8x8, f32) += A(8x4, f16, every row = x) * B(4x8, f16). Each lane
 // supplies 4 consecutive k of one column (its word's first or second half) and the matching x.
 __device__ __forceinline__ void mma_m8n8k4(float (&d)[8], unsigned xa, unsigned xb, unsigned b0,
@@ -174,16 +139,12 @@ __device__ __forceinline__ void mma_m8n8k4(float (&d)[8], unsigned xa, unsigned 
 #endif
 }
 
-// Per-lane accumulators of one warp over its groups.
-//   m8n8k4:   d[i][8] per column word i; one partial per quadpair leaves the warp (each quadpair
-//             saw a different k slice).
-//   m16n8k16: d[p][4] per column pair p (words 2p, 2p+1 -> rows g, g+8); k is reduced inside
-//             the instruction, so one partial per column leaves the warp.
-template <bool kMma884>
+// Per-lane accumulators of one warp over its groups: d[i][8] per column word i; one partial per
+// quadpair leaves the warp (each quadpair saw a different k slice).
 struct WarpAcc {
-  static constexpr int kSets = kMma884 ? 4 : 2;
-  static constexpr int kRegs = kMma884 ? 8 : 4;
-  static constexpr int kParts = kMma884 ? 4 : 1;
+  static constexpr int kSets = 4;
+  static constexpr int kRegs = 8;
+  static constexpr int kParts = 4;
   float d[kSets][kRegs];
   __device__ __forceinline__ WarpAcc() {
 #pragma unroll
@@ -197,10 +158,10 @@ struct WarpAcc {
 //   codes: the expert's words + tile offset, pointing at group 0 of the slice (uint4 units)
 //   meta:  byte pointer to the record of (group 0 of the slice, column 0 of the tile)
 //   meta_group_bytes: bytes between consecutive groups' records (N * record size)
-template <bool kMeta3, bool kMma884>
+template <bool kMeta3>
 __device__ __forceinline__ void load_group(GroupFrag<kMeta3>& f, const uint4* codes,
                                            const unsigned char* meta, int meta_group_bytes, int g,
-                                           const LaneMap<kMma884>& lm) {
+                                           const LaneMap& lm) {
   f.codes = load_stream(codes + g * (kGroupTileWords / 4) + 8 * lm.kq + lm.col4);
   const unsigned char* m = meta + g * meta_group_bytes;
   if constexpr (kMeta3) {
@@ -240,131 +201,39 @@ __device__ __forceinline__ void dequant_group(GroupWeights& q, const GroupFrag<k
 
 // Multiply-accumulate dequantized weights with the lane's activation slice
 // xv = act[8 kq .. 8 kq + 7] (fp16).
-template <bool kMma884>
-__device__ __forceinline__ void mma_group(WarpAcc<kMma884>& acc, const GroupWeights& q,
-                                          const uint4& xv) {
-  if constexpr (kMma884) {
+__device__ __forceinline__ void mma_group(WarpAcc& acc, const GroupWeights& q, const uint4& xv) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      mma_m8n8k4(acc.d[i], xv.x, xv.y, q.w[i][0], q.w[i][1]);
-      mma_m8n8k4(acc.d[i], xv.z, xv.w, q.w[i][2], q.w[i][3]);
-    }
-  } else {
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const unsigned(&w0)[4] = q.w[2 * p];
-      const unsigned(&w1)[4] = q.w[2 * p + 1];
-      mma_m16n8k16(acc.d[p], w0[0], w1[0], w0[1], w1[1], xv.x, xv.y);
-      mma_m16n8k16(acc.d[p], w0[2], w1[2], w0[3], w1[3], xv.z, xv.w);
-    }
+  for (int i = 0; i < 4; ++i) {
+    mma_m8n8k4(acc.d[i], xv.x, xv.y, q.w[i][0], q.w[i][1]);
+    mma_m8n8k4(acc.d[i], xv.z, xv.w, q.w[i][2], q.w[i][3]);
   }
 }
 
-template <bool kMeta3, bool kMma884>
-__device__ __forceinline__ void dot_group(WarpAcc<kMma884>& acc, const GroupFrag<kMeta3>& f,
+template <bool kMeta3>
+__device__ __forceinline__ void dot_group(WarpAcc& acc, const GroupFrag<kMeta3>& f,
                                           const uint4& xv) {
   GroupWeights q;
   dequant_group<kMeta3>(q, f);
-  mma_group<kMma884>(acc, q, xv);
-}
-
-// m16n8k16 f32 accumulators: c0 = D[g][2t], c2 = D[g + 8][2t]; every n holds the same sum.
-// Lane (g, t) holds column 4g + t (= the lane index) of the tile: pair t / 2, row g (c0) or
-// g + 8 (c2) for t even / odd. Selects, not acc.d[t >> 1]: a run-time index would put the
-// accumulators on the stack.
-__device__ __forceinline__ float lane_column(const WarpAcc<false>& acc, int lane) {
-  const bool odd = lane & 1;
-  const float v0 = odd ? acc.d[0][2] : acc.d[0][0];
-  const float v1 = odd ? acc.d[1][2] : acc.d[1][0];
-  return (lane & 2) ? v1 : v0;
+  mma_group(acc, q, xv);
 }
 
 // Write a warp's per-column partials to part[kParts][32] (tile column index 0..31).
-template <bool kMma884>
-__device__ __forceinline__ void store_partials(const WarpAcc<kMma884>& acc, float* part, int lane) {
-  if constexpr (kMma884) {
-    // m8n8k4 f32 accumulators: register j of lane L is column (j&1) | (L&2) | (j&4) of its
-    // quadpair's 8x8 tile; rows are all equal here, so lanes 4q and 4q+2 cover all 8 columns.
-    // Column of accumulator j of word i: 4 * n + i, n = the MMA's column index.
-    if (lane < 16 && (lane & 1) == 0) {
-      const int q = lane >> 2;
+__device__ __forceinline__ void store_partials(const WarpAcc& acc, float* part, int lane) {
+  // m8n8k4 f32 accumulators: register j of lane L is column (j&1) | (L&2) | (j&4) of its
+  // quadpair's 8x8 tile; rows are all equal here, so lanes 4q and 4q+2 cover all 8 columns.
+  // Column of accumulator j of word i: 4 * n + i, n = the MMA's column index.
+  if (lane < 16 && (lane & 1) == 0) {
+    const int q = lane >> 2;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 4; ++i) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (j & 2) continue;  // rows (j & 2) duplicate rows 0/1
-          const int n = (j & 1) | (lane & 2) | (j & 4);
-          part[q * kTile + 4 * n + i] = acc.d[i][j];
-        }
+      for (int j = 0; j < 8; ++j) {
+        if (j & 2) continue;  // rows (j & 2) duplicate rows 0/1
+        const int n = (j & 1) | (lane & 2) | (j & 4);
+        part[q * kTile + 4 * n + i] = acc.d[i][j];
       }
     }
-  } else {
-    part[lane] = lane_column(acc, lane);
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// 16-column tiles (the sm_90 default's kernel B, 160 CTAs): half of a bank tile.
-// Lane (g, t) takes the half's columns 2g and 2g + 1 at k block t: two adjacent words of a 16 B
-// block, one 8-byte load, so a warp's 32 loads cover the half's 256 B of the group. One
-// m16n8k16 pair per group covers the 16 columns: row g is column 2g, row g + 8 column 2g + 1,
-// with the k binding of mma_group, so every column's FP32 sum is bit for bit the one its
-// 32-column tile gives it.
-
-constexpr int kCols16 = kTile / 2;
-
-template <bool kMeta3>
-struct Cols16Frag {
-  uint2 codes;  // the words of columns 2g, 2g + 1 at k block t
-  uint2 meta;   // their records: 4-byte, one per word; 3-byte, 6 bytes from the low end
-};
-
-// codes: the expert's tile words + this half's offset, at the slice's group 0 (uint2 units);
-// meta: byte pointer to the records of (group 0, the lane's column 2g of the half).
-template <bool kMeta3>
-__device__ __forceinline__ void load_cols16(Cols16Frag<kMeta3>& f, const uint2* codes,
-                                            const unsigned char* meta, int meta_group_bytes,
-                                            int g, int lane) {
-  f.codes = __ldcs(codes + g * (kGroupTileWords / 2) + 16 * (lane & 3) + (lane >> 2));
-  const unsigned char* m = meta + g * meta_group_bytes;
-  if constexpr (kMeta3) {
-    // 6 bytes at an even offset: the aligned 8 bytes around them, shifted down by 2 where the
-    // offset is 2 mod 4 (odd g). The 8 bytes never pass the tile's records (the last pair ends
-    // at byte 96 of the tile, a 4-byte boundary).
-    const unsigned long long at = reinterpret_cast<unsigned long long>(m);
-    const unsigned* p = reinterpret_cast<const unsigned*>(at & ~3ull);
-    const unsigned lo = __ldcs(p), hi = __ldcs(p + 1);
-    const unsigned sel = (at & 2) ? 0x5432u : 0x3210u;
-    f.meta = make_uint2(__byte_perm(lo, hi, sel), (at & 2) ? hi >> 16 : hi);
-  } else {
-    f.meta = __ldcs(reinterpret_cast<const uint2*>(m));
-  }
-}
-
-// The two columns' weights: w[i] = the 4 half2 weights of word i (k order).
-struct Cols16Weights {
-  unsigned w[2][4];
-};
-
-template <bool kMeta3>
-__device__ __forceinline__ void dequant_cols16(Cols16Weights& q, const Cols16Frag<kMeta3>& f) {
-  if constexpr (kMeta3) {
-    const __half2 s = bits_h2(__byte_perm(f.meta.x, f.meta.y, 0x4310));  // bytes 0, 1 | 3, 4
-    const __half2 b = __hmul2(zero_points3(__byte_perm(f.meta.x, f.meta.y, 0x0502)), __hneg2(s));
-    dequant_word(f.codes.x, __low2half2(s), __low2half2(b), q.w[0]);
-    dequant_word(f.codes.y, __high2half2(s), __high2half2(b), q.w[1]);
-  } else {
-    const __half2 r0 = bits_h2(f.meta.x), r1 = bits_h2(f.meta.y);
-    dequant_word(f.codes.x, __low2half2(r0), __high2half2(r0), q.w[0]);
-    dequant_word(f.codes.y, __low2half2(r1), __high2half2(r1), q.w[1]);
-  }
-}
-
-// d += the group's 16 columns x 32 k times hv = act[8 t .. 8 t + 7]: d[0] is column 2g, d[2]
-// column 2g + 1.
-__device__ __forceinline__ void mma_cols16(float (&d)[4], const Cols16Weights& q, const uint4& hv) {
-  mma_m16n8k16(d, q.w[0][0], q.w[1][0], q.w[0][1], q.w[1][1], hv.x, hv.y);
-  mma_m16n8k16(d, q.w[0][2], q.w[1][2], q.w[0][3], q.w[1][3], hv.z, hv.w);
 }
 
 __device__ __forceinline__ bool route_is_valid(int e, int num_experts) {

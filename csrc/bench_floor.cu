@@ -1,4 +1,6 @@
-// The read floor of the AWQ M1 op, and the small kernel the benchmark runs between layers.
+// The read floor of the AWQ M1 op, and the small kernel the benchmark runs between layers. Part
+// of the bench extension (qpnserve_bench, with bench_trace.cu), which `bench op` builds and loads
+// beside the operator; the library a server loads has neither.
 //
 // `qpnserve bench op` times the op against `read_floor_m1`: a kernel that streams exactly the
 // bytes the op must read (the ten routed experts' W13 and W2 weights and metadata, gathered by
@@ -11,8 +13,7 @@
 // Reading order: device helpers, kernels, launchers, registration. The device part includes only
 // awq_moe_m1_geometry.h and pdl_device.cuh (both without includes) so NVRTC can compile it for
 // sm_70 (scripts/sm70_projection.py); the host part is skipped under NVRTC. This file is compiled
-// only into CUDA builds of the extension: the CPU build takes .cpp files and has neither op (the
-// benchmark needs a GPU anyway).
+// only into the bench extension, which needs CUDA (so does the benchmark).
 
 #include "awq_moe_m1_geometry.h"
 #include "pdl_device.cuh"
@@ -390,9 +391,9 @@ void derive_input_m1(at::Tensor& x_next, at::Tensor& ids_next, at::Tensor& weigh
 
 }  // namespace qpnserve_floor
 
-// Schemas live beside their only implementation; the operator's own TORCH_LIBRARY block (in
-// another file) defines the namespace, so these are fragments.
-TORCH_LIBRARY_FRAGMENT(qpnserve, m) {
+// The bench extension's library (qpnserve_bench, built by `bench op`, never loaded by a
+// server); bench_trace.cu adds its fragment.
+TORCH_LIBRARY(qpnserve_bench, m) {
   m.def(
       "read_floor_m1(Tensor(a!) sink, Tensor w13, Tensor s13, Tensor w2, Tensor s2, "
       "Tensor ids, int loads_per_thread=8, bool pdl=False, int cache_hint=0) -> ()");
@@ -401,7 +402,7 @@ TORCH_LIBRARY_FRAGMENT(qpnserve, m) {
       "Tensor out_prev, Tensor seed, Tensor ids_src, Tensor weights_src) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(qpnserve, CUDA, m) {
+TORCH_LIBRARY_IMPL(qpnserve_bench, CUDA, m) {
   m.impl("read_floor_m1", &qpnserve_floor::read_floor_m1);
   m.impl("derive_input_m1", &qpnserve_floor::derive_input_m1);
 }

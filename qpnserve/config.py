@@ -93,6 +93,12 @@ STOP_TIMEOUT = EnvVar(
     "QPNSERVE_STOP_TIMEOUT_S", "default grace period of `down` before SIGKILL, in seconds"
 )
 
+# vLLM's own key variable: `up` hands the key to the server through it (never as an argument),
+# and status, bench and verify send it; qpnserve stores it nowhere (qpnserve/auth.py).
+API_KEY = EnvVar(
+    "VLLM_API_KEY", "the server's API key: `up` passes it to vLLM, the clients send it"
+)
+
 # `qpnserve bench op` defaults (scripts that time the operator in a loop set these once).
 BENCH_OP_FORMAT = EnvVar("QPNSERVE_BENCH_OP_FORMAT", "default --format of bench op (4byte|3byte)")
 BENCH_OP_LAYERS = EnvVar("QPNSERVE_BENCH_OP_LAYERS", "default --layers of bench op")
@@ -118,6 +124,7 @@ ALL_VARS: tuple[EnvVar, ...] = (
     PORT,
     UP_TIMEOUT,
     STOP_TIMEOUT,
+    API_KEY,
     BENCH_OP_FORMAT,
     BENCH_OP_LAYERS,
     BENCH_OP_ITERS,

@@ -30,8 +30,8 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.FAILED: "a check failed, or a stage could not complete",
     ExitCode.USAGE: "usage: a bad option or input value",
     ExitCode.BUILD: "the operator extension could not be built or loaded",
-    ExitCode.CONFLICT: "conflict: a server is already running, the port is taken, or the state "
-    "is locked",
+    ExitCode.CONFLICT: "conflict: a server is already running, the port is taken, leftover "
+    "processes hold its GPUs, or the state is locked",
     ExitCode.SERVER: "the server died, never became ready, or did not admit the route",
     ExitCode.STATE: "the state directory or one of its files is corrupt or unwritable",
     ExitCode.CANARY: "a benchmark's canary or `verify` found output outside the contract",

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 # The one definition of a host's kind: the facts, the route reports and the state files use it.
 HostKind = Literal["native", "patched", "none"]
@@ -67,6 +67,9 @@ class HostInfo(BaseModel):
     # hook matches ("1cat-vllm 1.3.0"), or why the dispatch patch would refuse this host.
     patch_validated: str | None = None
     patch_error: str | None = None
+    # The $QPNSERVE_FACTS_FILE that stood in for the machine when this record came from one
+    # (what `up` records and `status` names); not part of the facts' JSON, which has source_file.
+    facts_file: str | None = Field(default=None, exclude=True)
 
     @property
     def label(self) -> str:

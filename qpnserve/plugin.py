@@ -13,6 +13,7 @@ plugin, so every check happens inside register(), where an exception stops the p
   Re-entrant: a second call in the same process finds the class marker and changes nothing.
   Never initialises CUDA.
 
+Each call writes one line to stderr (the server log): the pid and title of the process.
 A refusal (any QpnError above) is also written to the report dir as route-refusal-pid<P>.json
 before it propagates, so `qpnserve up` can say why the server stopped.
 """
@@ -22,13 +23,14 @@ from __future__ import annotations
 import contextlib
 import os
 
-from qpnserve.config import ROUTE_FLAG_VALUES, Settings, load_settings
+from qpnserve.config import ROUTE_FLAG, ROUTE_FLAG_VALUES, Settings, load_settings
 from qpnserve.dispatch.flag import parse_route_flag
 from qpnserve.errors import QpnError
 
 
 def register() -> None:
     settings = load_settings()  # this process's one read of its environment (config.py)
+    _announce(settings.route_flag)
     try:
         if not parse_route_flag(settings.route_flag):
             return
@@ -38,6 +40,23 @@ def register() -> None:
     except QpnError as exc:
         _record_refusal(settings, exc)
         raise
+
+
+def _announce(raw_flag: str | None) -> None:
+    """One line per process vLLM loads the plugin in, into the server's log (stderr): which
+    processes ran it is then readable after the fact, workers that died included."""
+    with contextlib.suppress(Exception):
+        import multiprocessing
+        import sys
+
+        with open(f"/proc/{os.getpid()}/cmdline", "rb") as f:
+            args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        title = args[0] if args and "::" in args[0] else " ".join(args)[:100]
+        sys.stderr.write(
+            f"qpnserve plugin: registered in pid {os.getpid()} ({title}; "
+            f"{multiprocessing.current_process().name}), {ROUTE_FLAG.name}={raw_flag!r}\n"
+        )
+        sys.stderr.flush()
 
 
 def _record_refusal(settings: Settings, exc: QpnError) -> None:

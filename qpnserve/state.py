@@ -58,6 +58,8 @@ class DesiredState(BaseModel):
     port: int = config.DEFAULT_PORT
     extra_args: list[str] = Field(default_factory=list)
     server_module: str | None = None  # None = the default host module
+    # The last server had an API key (never stored): a restart without one would serve openly.
+    api_key_set: bool = False
     updated_at: datetime = Field(default_factory=_now)
 
 
@@ -79,6 +81,8 @@ class RunningState(BaseModel):
     include_plugin: bool
     host_kind: HostKind
     host_version: str | None = None
+    # The $QPNSERVE_FACTS_FILE the preflight read the host from (None: probed): status says so.
+    facts_file: str | None = None
     patch_id: str | None = None
     build_key: str | None = None
     model: str
@@ -91,6 +95,8 @@ class RunningState(BaseModel):
     log_path: str
     report_dir: str
     ready_at: datetime | None = None
+    # Whether the server got an API key (VLLM_API_KEY); the key itself is never recorded.
+    api_key_set: bool = False
 
     @property
     def base_url(self) -> str:

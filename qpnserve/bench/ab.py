@@ -73,12 +73,15 @@ def _restore_desired(state_dir: Path, desired: DesiredState | None) -> None:
 
 def default_hooks(progress: Progress, settings: Settings) -> AbHooks:
     from qpnserve import lifecycle
+    from qpnserve.auth import api_key_from_env
 
     return AbHooks(
         status=lambda: lifecycle.status(settings=settings),
         up=lambda opts: lifecycle.up(opts, progress=progress, settings=settings),
         down=lambda timeout_s: lifecycle.down(timeout_s, progress=progress, settings=settings),
-        smoke=lambda opts, say: run_smoke(opts, progress=say),
+        smoke=lambda opts, say: run_smoke(
+            opts, progress=say, api_key=api_key_from_env(settings.environ)
+        ),
         restore_desired=lambda desired: _restore_desired(settings.state_dir, desired),
     )
 

@@ -129,6 +129,11 @@ async def probe_server(client: httpx.AsyncClient, url: str, model: str | None) -
             f"no OpenAI-compatible server answers at {url} ({type(exc).__name__})",
             hint="start one with `qpnserve up`, or point --url / QPNSERVE_URL at it",
         ) from None
+    if response.status_code == 401:
+        from qpnserve.auth import unauthorized_hint, unauthorized_text
+
+        sent = client.headers.get("Authorization")
+        raise ServerError(unauthorized_text(sent, f"{url}/v1/models"), hint=unauthorized_hint())
     if response.status_code != 200:
         raise ServerError(f"{url}/v1/models answered HTTP {response.status_code}")
     served = [m for m in response.json().get("data", []) if isinstance(m, dict)]

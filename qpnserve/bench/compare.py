@@ -15,14 +15,18 @@ from pydantic import BaseModel, ValidationError
 from qpnserve.bench.models import SCHEMA_VERSION, BenchReport, CellResult
 from qpnserve.errors import UsageError
 
-# (field of CellResult, which direction is better)
-METRICS: tuple[tuple[str, Literal["higher", "lower"]], ...] = (
+Better = Literal["higher", "lower", "neither"]
+
+# (field of CellResult, which direction is better). The single-token step share is not a
+# speed: it says how often the route could fire, so it has no better direction.
+METRICS: tuple[tuple[str, Better], ...] = (
     ("pure_decode_tok_s", "higher"),
     ("mean_decode_tok_s_per_request", "higher"),
     ("output_tok_s", "higher"),
     ("median_ttft_ms", "lower"),
     ("median_itl_ms", "lower"),
     ("p90_itl_ms", "lower"),
+    ("single_token_step_share", "neither"),
 )
 
 NOISE_CAVEAT = (
@@ -34,7 +38,7 @@ NOISE_CAVEAT = (
 
 class MetricDelta(BaseModel):
     metric: str
-    better: Literal["higher", "lower"]
+    better: Better
     a: float | None
     b: float | None
     delta_pct: float | None  # (b - a) / a * 100
@@ -45,6 +49,11 @@ class CellDelta(BaseModel):
     metrics: list[MetricDelta]
     noise_pct: float | None  # the larger per-wave spread of pure decode tok/s, when measured
     pure_delta_within_noise: bool | None
+    # Why A's / B's pure decode tok/s is missing (the run's own window note), when it is.
+    no_pure_reason_a: str | None = None
+    no_pure_reason_b: str | None = None
+    no_share_reason_a: str | None = None
+    no_share_reason_b: str | None = None
 
 
 class RunRef(BaseModel):
@@ -115,9 +124,24 @@ def mismatches(a: BenchReport, b: BenchReport) -> list[str]:
     for name, report in (("A", a), ("B", b)):
         if not report.complete:
             found.append(f"{name} is a partial report: {report.error}")
-        if not report.canary.passed:
+        if report.canary.checked_streams == 0:
+            found.append(f"{name}'s canary examined no stream: nothing shows its output is sane")
+        elif not report.canary.passed:
             found.append(f"{name} failed the correctness canary: its speed means nothing")
     return found
+
+
+def _no_pure_reason(cell: CellResult) -> str | None:
+    if cell.pure_decode_tok_s is not None:
+        return None
+    # Reports written before window notes existed carry none: say that much, not nothing.
+    return cell.window_note or "the report gives no reason (no decode window in a wave)"
+
+
+def _no_share_reason(cell: CellResult) -> str | None:
+    if cell.single_token_step_share is not None:
+        return None
+    return cell.single_token_step_reason or "the report predates the 1-token step share"
 
 
 def _ref(path: str, report: BenchReport) -> RunRef:
@@ -161,6 +185,10 @@ def compare(a: BenchReport, b: BenchReport, a_path: str = "A", b_path: str = "B"
                 metrics=metrics,
                 noise_pct=noise,
                 pure_delta_within_noise=within,
+                no_pure_reason_a=_no_pure_reason(cell_a),
+                no_pure_reason_b=_no_pure_reason(cell_b),
+                no_share_reason_a=_no_share_reason(cell_a),
+                no_share_reason_b=_no_share_reason(cell_b),
             )
         )
     found = mismatches(a, b)

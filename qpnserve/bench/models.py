@@ -66,6 +66,10 @@ class ServerInfo(BaseModel):
     prefix_caching: str | None = None
     cached_prompt_tokens: int | None = None  # summed over scored requests, when usage reports it
     route: str | None = None  # set by `bench ab`: the route flag and what the ranks reported
+    # Whether the server speculates, by its own /metrics (vLLM registers the spec_decode
+    # counters only then; None: it could not tell), and qpnserve.speculation's line about it.
+    speculating: bool | None = None
+    speculation: str | None = None
 
 
 class ClientInfo(BaseModel):
@@ -116,12 +120,26 @@ class CellResult(BaseModel):
     windows: list[Window | None]
     window_note: str | None = None  # why there is no pure figure (a wave without a window)
     per_request: list[RequestResult]
+    # From the server's /metrics just before and after the scored waves (bench/steps.py): the
+    # share of engine steps that processed exactly one token, the only steps the M=1 route
+    # serves. None with single_token_step_reason when the server has no such metric.
+    single_token_step_share: float | None = None
+    single_token_step_reason: str | None = None
+    engine_steps: int | None = None
+    single_token_steps: int | None = None
+    # Speculative decoding's counters over the same stretch; None: the server does not speculate.
+    draft_tokens: int | None = None
+    accepted_draft_tokens: int | None = None
+    draft_acceptance_rate: float | None = None
 
 
 class CanaryResult(BaseModel):
+    # True only when at least one stream was examined and none failed: a canary that examined
+    # nothing (every stream broke first) is not a pass (note says so).
     passed: bool
     checked_streams: int
     failures: list[str] = Field(default_factory=list)
+    note: str | None = None
 
 
 class BenchReport(BaseModel):

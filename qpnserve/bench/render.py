@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qpnserve.bench.compare import CompareReport
-from qpnserve.bench.models import BenchReport
+from qpnserve.bench.models import BenchReport, CellResult
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -30,6 +30,7 @@ def smoke_table(report: BenchReport) -> str:
         f"server  {report.server.url}  model {report.server.model}  "
         f"version {report.server.version or 'unknown'}  "
         f"prefix caching {report.server.prefix_caching or 'not reported'}",
+        *([report.server.speculation] if report.server.speculation else []),
         f"prompt  {prompt_text} ({prompt.source}, sha256 {prompt.sha256[:12]})  "
         f"output {s.output_tokens} tokens  greedy, ignore_eos  "
         f"warm-up {s.warmup_waves} wave(s)/cell  scored {s.rounds} wave(s)/cell",
@@ -37,7 +38,7 @@ def smoke_table(report: BenchReport) -> str:
     ]
     header = [
         "cell", "reqs", "failed", "TTFT p50/p90 ms", "ITL p50/p90 ms",
-        "tok/s/req", "pure tok/s", "window s", "out tok/s",
+        "tok/s/req", "pure tok/s", "window s", "out tok/s", "1-token steps",
     ]  # fmt: skip
     rows = [
         [
@@ -50,6 +51,7 @@ def smoke_table(report: BenchReport) -> str:
             _num(c.pure_decode_tok_s, 2),
             _num(c.window_s, 2),
             _num(c.output_tok_s, 2),
+            _share(c),
         ]
         for c in report.cells
     ]
@@ -59,17 +61,50 @@ def smoke_table(report: BenchReport) -> str:
         "pure tok/s = tokens inside the window where every request of the cell is decoding "
         "(after the last first token, up to the first finish) / window length"
     )
+    lines.append(
+        "1-token steps = share of the server's engine steps that processed exactly one token "
+        "(one request decoding, no prompt) while the cell's scored requests ran: the only "
+        "steps the AWQ M1 route serves"
+    )
     lines += [
         f"C{c.concurrency}: no decode window, so no pure tok/s: {c.window_note}"
         for c in report.cells
         if c.pure_decode_tok_s is None and c.window_note
     ]
-    verdict = "passed" if report.canary.passed else "FAILED"
-    lines.append(f"canary {verdict} ({report.canary.checked_streams} streams checked)")
+    lines += [
+        f"C{c.concurrency}: no 1-token step share: {c.single_token_step_reason}"
+        for c in report.cells
+        if c.single_token_step_share is None and c.single_token_step_reason
+    ]
+    lines += [
+        f"C{c.concurrency}: {draft_text(c)}" for c in report.cells if c.draft_tokens is not None
+    ]
+    canary = report.canary
+    if canary.checked_streams == 0:
+        lines.append("canary NOT RUN (0 streams examined): not counted as passed")
+    else:
+        verdict = "passed" if canary.passed else "FAILED"
+        lines.append(f"canary {verdict} ({canary.checked_streams} streams checked)")
     lines += [f"  {failure}" for failure in report.canary.failures]
     if not report.complete:
         lines.append(f"PARTIAL REPORT: {report.error}")
     return "\n".join(lines)
+
+
+def _share(cell: CellResult) -> str:
+    if cell.single_token_step_share is None:
+        return "-"
+    return f"{cell.single_token_step_share:.2f} ({cell.single_token_steps}/{cell.engine_steps})"
+
+
+def draft_text(cell: CellResult) -> str:
+    """Speculation's own figure: how many proposed draft tokens the target model accepted."""
+    if cell.draft_acceptance_rate is None:
+        return f"speculating; no draft token proposed ({cell.draft_tokens or 0})"
+    return (
+        f"speculating; draft acceptance {cell.draft_acceptance_rate:.2f} "
+        f"({cell.accepted_draft_tokens} of {cell.draft_tokens} draft tokens)"
+    )
 
 
 def _delta(value: float | None) -> str:
@@ -111,6 +146,13 @@ def compare_table(result: CompareReport) -> str:
             )
     lines += _table(header, rows)
     lines.append("")
+    for cell in result.cells:
+        for name, reason in (("A", cell.no_pure_reason_a), ("B", cell.no_pure_reason_b)):
+            if reason:
+                lines.append(f"C{cell.concurrency}: no pure tok/s in {name}: {reason}")
+        for name, reason in (("A", cell.no_share_reason_a), ("B", cell.no_share_reason_b)):
+            if reason:
+                lines.append(f"C{cell.concurrency}: no 1-token step share in {name}: {reason}")
     lines += [f"warning: {m}" for m in result.mismatches]
     lines.append(result.noise_caveat)
     return "\n".join(lines)

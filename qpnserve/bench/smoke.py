@@ -16,16 +16,19 @@ from datetime import UTC, datetime
 import httpx
 
 from qpnserve import __version__
+from qpnserve.auth import auth_headers
 from qpnserve.bench.client import probe_server, request_body, run_wave
 from qpnserve.bench.models import (
     BenchReport,
     CanaryResult,
+    CellResult,
     ClientInfo,
     PromptInfo,
     Settings,
     StreamRecord,
 )
 from qpnserve.bench.prompt import Prompt
+from qpnserve.bench.steps import StepCounters, StepShare, delta, scrape, share_text
 from qpnserve.bench.summarize import canary_failures, summarize_cell
 from qpnserve.errors import BenchError, CanaryError, QpnError, ServerError, UsageError
 
@@ -77,9 +80,15 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
         ) from None
 
 
-def run_smoke(opts: SmokeOptions, progress: Callable[[str], None] = lambda _: None) -> SmokeOutcome:
+def run_smoke(
+    opts: SmokeOptions,
+    progress: Callable[[str], None] = lambda _: None,
+    *,
+    api_key: str | None = None,
+) -> SmokeOutcome:
+    """``api_key``: $VLLM_API_KEY from the settings (None: no key sent)."""
     validate(opts)
-    return asyncio.run(_run(opts, progress))
+    return asyncio.run(_run(opts, progress, api_key))
 
 
 def _now_iso() -> str:
@@ -113,12 +122,15 @@ def _wave_failure(wave: Sequence[StreamRecord], where: str) -> QpnError | None:
     )
 
 
-async def _run(opts: SmokeOptions, progress: Callable[[str], None]) -> SmokeOutcome:
+async def _run(
+    opts: SmokeOptions, progress: Callable[[str], None], api_key: str | None
+) -> SmokeOutcome:
     started_at = _now_iso()
     slots = max(opts.concurrency) + 2
     timeout = httpx.Timeout(opts.request_timeout_s, connect=10.0)
     limits = httpx.Limits(max_connections=slots, max_keepalive_connections=slots)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+    headers = auth_headers(api_key)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers) as client:
         server = await probe_server(client, opts.url, opts.model)
         _check_fits(opts, server.max_model_len)
         report = BenchReport(
@@ -135,10 +147,13 @@ async def _run(opts: SmokeOptions, progress: Callable[[str], None]) -> SmokeOutc
                 request_timeout_s=opts.request_timeout_s,
                 prompt=opts.prompt_info,
             ),
-            canary=CanaryResult(passed=True, checked_streams=0),
+            canary=CanaryResult(passed=False, checked_streams=0),
         )
+        initial = await scrape(client, opts.url)
         body = request_body(server.model, opts.prompt, opts.output_tokens)
         failure = await _measure(client, opts, body, report, progress)
+    _say_speculation(report, initial)
+    progress(str(report.server.speculation))
     report.finished_at = _now_iso()
     report.complete = failure is None
     report.error = failure.message if failure else None
@@ -157,8 +172,13 @@ async def _measure(
     failure: QpnError | None = None
     for concurrency in opts.concurrency:
         scored: list[list[StreamRecord]] = []
+        before: StepCounters | str = "the cell scored no wave"
         for index in range(opts.warmup_waves + opts.rounds):
             is_warmup = index < opts.warmup_waves
+            if index == opts.warmup_waves:
+                # vLLM records a step's counts before it releases the step's tokens, so once
+                # the last warm-up stream ended its steps are all in this scrape.
+                before = await scrape(client, opts.url)
             number = index + 1 if is_warmup else index - opts.warmup_waves + 1
             where = f"C{concurrency} {'warm-up' if is_warmup else 'wave'} {number}"
             progress(f"{where}: {concurrency} request(s) of {opts.output_tokens} tokens")
@@ -173,15 +193,19 @@ async def _measure(
             if failure or problems:
                 break
         if scored:
-            cell = summarize_cell(concurrency, scored)
+            steps = delta(before, await scrape(client, opts.url))
+            cell = with_steps(summarize_cell(concurrency, scored), steps)
             report.cells.append(cell)
             if cell.pure_decode_tok_s is not None:
                 progress(f"C{concurrency}: pure decode {cell.pure_decode_tok_s:.2f} tok/s")
+            progress(f"C{concurrency}: {share_text(steps)}")
         if failure or problems:
             break
     if cached_tokens:
         report.server.cached_prompt_tokens = sum(cached_tokens)
-    report.canary.passed = not problems
+    report.canary.passed = not problems and report.canary.checked_streams > 0
+    if report.canary.checked_streams == 0:
+        report.canary.note = "no stream was examined (every request broke first): not a pass"
     report.canary.failures = problems[:_MAX_LISTED_CANARY_FAILURES]
     if problems and failure is None:
         failure = CanaryError(
@@ -191,6 +215,37 @@ async def _measure(
             "back (`qpnserve rollback --restart`) and compare",
         )
     return failure
+
+
+def _say_speculation(report: BenchReport, initial: StepCounters | str) -> None:
+    from qpnserve.speculation import from_server, route_meaning, unknown
+
+    if isinstance(initial, str) or initial.missing:
+        spec = unknown(initial if isinstance(initial, str) else str(initial.missing))
+    else:
+        report.server.speculating = initial.draft_tokens is not None
+        spec = from_server(report.server.speculating)
+    shares = [
+        f"{c.single_token_step_share:.2f} at C{c.concurrency}"
+        for c in report.cells
+        if c.single_token_step_share is not None
+    ]
+    measured = f"single-token step share {', '.join(shares)}" if shares else None
+    report.server.speculation = route_meaning(spec, measured)
+
+
+def with_steps(cell: CellResult, steps: StepShare) -> CellResult:
+    return cell.model_copy(
+        update={
+            "single_token_step_share": steps.share,
+            "single_token_step_reason": steps.reason,
+            "engine_steps": steps.engine_steps,
+            "single_token_steps": steps.single_token_steps,
+            "draft_tokens": steps.draft_tokens,
+            "accepted_draft_tokens": steps.accepted_tokens,
+            "draft_acceptance_rate": steps.acceptance_rate,
+        }
+    )
 
 
 def _check_fits(opts: SmokeOptions, max_model_len: int | None) -> None:

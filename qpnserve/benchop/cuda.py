@@ -128,72 +128,76 @@ def device_facts(device: torch.device, recorded_commit: str | None) -> DeviceFac
     return facts
 
 
-# qpnserve.kernels.ops PATH_*: the device's default, or the V100 design on any GPU.
-OP_PATHS = {"auto": 0, "v100": 1}
-
-
-def pinned_path_label(op_path: str, gpu_name: str, capability: tuple[int, int]) -> str | None:
-    """What the op's figures are when its path is pinned to the V100 design: on any GPU but a
-    V100 (sm_70) they time that design's code on another chip, never a V100 speed."""
-    if op_path != "v100":
-        return None
+def design_label(gpu_name: str, capability: tuple[int, int]) -> str:
+    """What the op's figures are: the V100 design is the one CUDA form on every GPU, and only on
+    a V100 (sm_70) is its time a V100's."""
     if capability == (7, 0):
-        return f"op: the V100 design on a {gpu_name} (this GPU's default path)"
-    return f"op: the V100 design on an {gpu_name} (not a V100 speed)"
+        return f"op: the V100 design on a {gpu_name}"
+    return f"op: the V100 design on an {gpu_name} (m8n8k4 emulated there; not a V100 speed)"
 
 
 def cuda_ops(
     device: torch.device,
     load_extension: Callable[[], object],
-    op_path: str = "auto",
+    load_bench_extension: Callable[[], object],
     recorded_commit: str | None = None,
 ) -> BenchOps:
-    """Load the extension (op, floor, derive) and wire the real measurements.
+    """Load the operator and the bench extension (floor, derive) and wire the measurements.
 
-    recorded_commit: $QPNSERVE_GIT_COMMIT from the settings (a copy without .git).
-    op_path pins the op's path (OP_PATHS): "v100" runs the V100 design on any GPU (on a newer
-    GPU that is the V100 design's correctness and its time there, not a V100's speed).
-    """
+    recorded_commit: $QPNSERVE_GIT_COMMIT from the settings (a copy without .git)."""
     if not torch.cuda.is_available():
         raise BenchError(
             "bench op needs a CUDA GPU, and torch sees none",
             hint="run it on the GPU host, with a CUDA build of torch",
         )
     load_extension()
-    ns = torch.ops.qpnserve
-    for name in ("awq_moe_m1_out", "read_floor_m1", "derive_input_m1"):
+    load_bench_extension()
+    op_ns, bench_ns = torch.ops.qpnserve, torch.ops.qpnserve_bench
+    for ns, name in ((op_ns, "awq_moe_m1_out"), (bench_ns, "read_floor_m1"),
+                     (bench_ns, "derive_input_m1")):  # fmt: skip
         if not hasattr(ns, name):
             raise BenchError(
-                f"the loaded extension has no torch.ops.qpnserve.{name}",
-                hint="rebuild it from this checkout: qpnserve build --force",
+                f"the loaded extensions have no torch.ops.{ns.name}.{name}",
+                hint="rebuild them from this checkout: qpnserve build --force",
             )
-    op: Callable[..., None] = ns.awq_moe_m1_out
-    notes = []
-    if op_path != "auto":
-        path = OP_PATHS[op_path]
-        pinned = ns.awq_moe_m1_out_path
-
-        def op(*args: torch.Tensor) -> None:
-            pinned(*args, path)
-
-        notes.append(f"op path pinned to {op_path} (awq_moe_m1_out_path, path={path})")
-        label = pinned_path_label(
-            op_path, torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
-        )
-        if label:
-            notes.append(label)
+    notes = [
+        design_label(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device))
+    ]
     timer = GraphTimer()
     host_op, host_note = hostop.find_host_op()
     if host_op is None:
         notes.append(host_note)  # found: its row in the table says so
     return BenchOps(
-        op=op,
+        op=op_ns.awq_moe_m1_out,
         host_op=host_op,
         notes=notes,
-        floor=ns.read_floor_m1,
-        derive=ns.derive_input_m1,
+        floor=bench_ns.read_floor_m1,
+        derive=bench_ns.derive_input_m1,
         timer=timer,
         copy_gb_s=lambda: copy_gb_s(device),
         facts=lambda: device_facts(device, recorded_commit),
-        pdl_supported=torch.cuda.get_device_capability(device)[0] >= 9,
+        # The operator has no programmatic dependent launch (one cooperative launch), so the
+        # floor it is measured against is launched without it too.
+        pdl_supported=False,
     )
+
+
+def traced_call(device: torch.device) -> Callable[[object, bool], list[list[tuple[int, int]]]]:
+    """One call of the bench extension's traced op on a layer's banks -> its per-CTA stamps
+    (benchop.trace.Stamps). The bench extension must be loaded."""
+    from qpnserve.benchop.banks import LayerBanks
+    from qpnserve.geometry import HIDDEN, INTERMEDIATE, TOP_K
+
+    traced = torch.ops.qpnserve_bench.awq_moe_m1_traced
+    out = torch.empty(1, HIDDEN, dtype=torch.float16, device=device)
+    inter = torch.empty(TOP_K, INTERMEDIATE, dtype=torch.float16, device=device)
+    stamps = torch.zeros(80, 6, 2, dtype=torch.int64, device=device)
+
+    def call(layer: object, with_barrier: bool) -> list[list[tuple[int, int]]]:
+        assert isinstance(layer, LayerBanks)
+        traced(out, inter, layer.seed, layer.w13, layer.s13, layer.w2, layer.s2,
+               layer.route_ids, layer.route_weights, stamps, not with_barrier)  # fmt: skip
+        rows = stamps.cpu().tolist()
+        return [[(int(ns), int(cyc)) for ns, cyc in cta] for cta in rows]
+
+    return call

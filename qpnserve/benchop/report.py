@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from qpnserve.benchop import v100_projection
 from qpnserve.benchop.route_bytes import MetaFormat, RouteBytes
 
 
@@ -249,5 +250,7 @@ def render_table(report: BenchOpReport) -> str:
             f"all ids invalid (fixed cost, net us): op {e.op_net_us:.2f}, floor "
             f"{e.floor_net_us:.2f} ({e.floor_variant})"
         )
+    if d.compute_capability == "7.0":  # a V100: the model's projection beside the measurement
+        lines.extend(v100_projection.lines(report.format, report.op.net_us))
     lines.extend(f"note: {n}" for n in report.notes)
     return "\n".join(lines)

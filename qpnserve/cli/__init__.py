@@ -14,6 +14,7 @@ from qpnserve.cli import (  # noqa: F401  (registers commands)
     build,
     check,
     fixture,
+    report,
     server,
     verify,
 )

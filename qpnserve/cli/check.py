@@ -56,6 +56,9 @@ def check(
             "--only checkpoint needs --model", hint="qpnserve check --only checkpoint --model DIR"
         )
     report = run_preflight(model, settings=settings(ctx), tp=tp, groups=groups, awq_m1=awq_m1)
+    from qpnserve.lifecycle.guards_probe import with_guard_rows
+
+    report = with_guard_rows(report, settings(ctx).environ, tp, model)
     if as_json:
         emit_json(report)
     else:

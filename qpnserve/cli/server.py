@@ -16,6 +16,7 @@ from qpnserve.cli.app import app, emit_json, handles_errors, message, settings
 
 if TYPE_CHECKING:
     from qpnserve.lifecycle import PlanView, StatusReport
+    from qpnserve.lifecycle.remote import UrlStatus
 
 _JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
@@ -80,50 +81,63 @@ def up(
     """Preflight, build or load the extension, start the server, prove it serves (and that every
     rank admitted every MoE layer with the route on), record it. Foreground unless --detach."""
     from qpnserve import lifecycle
-    from qpnserve.errors import PreflightError
+    from qpnserve.errors import ExitCode, PreflightError, QpnError
 
     found = settings(ctx)
-    opts, route_note = lifecycle.resolve_up_options(
-        settings=found,
-        model=model,
-        awq_m1=awq_m1,
-        tp=tp,
-        host=host,
-        port=port,
-        served_model_name=served_model_name,
-        detach=detach,
-        timeout_s=timeout_s,
-        stop_timeout_s=stop_timeout_s,
-        extra_args=list(extra_args or []),
-        server_module=server_module,
-    )
-    if route_note:
-        message(route_note)
+    try:
+        opts, route_note = lifecycle.resolve_up_options(
+            settings=found,
+            model=model,
+            awq_m1=awq_m1,
+            tp=tp,
+            host=host,
+            port=port,
+            served_model_name=served_model_name,
+            detach=detach,
+            timeout_s=timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            extra_args=list(extra_args or []),
+            server_module=server_module,
+        )
+        if route_note:
+            message(route_note)
+        if dry_run:  # its checks' error comes back with the plan, which is its document
+            checked = lifecycle.dry_run(opts, progress=message, settings=found)
+        else:
+            if verify_first:  # before anything starts: a failure leaves no server
+                from qpnserve.verify.gate import verify_before_up
+
+                verify_before_up(opts, progress=message, settings=found)
+            running = lifecycle.up(opts, progress=message, settings=found)
+    except QpnError as exc:  # options, the build, a conflict, the server: still one document
+        if json_out:
+            report = exc.report if isinstance(exc, PreflightError) else None
+            verified = getattr(exc, "verify_report", None)  # `--verify` refused: its report
+            # A FAILed preflight prints the document `qpnserve check --json` prints.
+            emit_json(
+                verified.to_json()
+                if verified is not None
+                else report
+                if report is not None
+                else _failure(exc.message, exc.hint, exc.exit_code)
+            )
+        raise
+    except KeyboardInterrupt:
+        if json_out:
+            emit_json(_failure("interrupted", None, ExitCode.INTERRUPTED))
+        raise
     if dry_run:
-        checked = lifecycle.dry_run(opts, progress=message, settings=found)
         _print_plan(checked.view, json_out)
         if checked.error is not None:
             raise checked.error
         return
-    if verify_first:  # before anything starts: a failure leaves no server by construction
-        from qpnserve.errors import QpnError
-        from qpnserve.verify.gate import verify_before_up
-
-        try:
-            verify_before_up(opts, progress=message, settings=found)
-        except QpnError as exc:
-            report = getattr(exc, "verify_report", None)
-            if json_out and report is not None:
-                emit_json(report.to_json())
-            raise
-    try:
-        running = lifecycle.up(opts, progress=message, settings=found)
-    except PreflightError as exc:
-        if json_out and exc.report is not None:
-            emit_json(exc.report)  # the document `qpnserve check --json` prints
-        raise
     if json_out:
         emit_json(running)
+
+
+def _failure(error: str, hint: str | None, exit_code: int) -> dict[str, object]:
+    """`up --json`'s document when it stops: the same error and hint as on stderr."""
+    return {"ok": False, "exit_code": int(exit_code), "error": error, "hint": hint}
 
 
 def _print_plan(view: PlanView, json_out: bool) -> None:
@@ -144,16 +158,24 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
                 "route": view.route,
                 "grouped_route": view.grouped_route,
                 "host_profile": asdict(view.host_profile) if view.host_profile else None,
+                "facts_file": view.facts_file,
+                "speculation": view.speculation,
             }
         )
         return
     message("dry run: nothing was started")
     lines = [f"# environment that decides the route (the rest is inherited), cwd {plan.cwd}"]
     lines.append(f"# host {view.host}: route {view.route}")
+    if view.facts_file:
+        lines.append(
+            f"# host facts from {config.FACTS_FILE.name}={view.facts_file}, not probed from "
+            "this machine"
+        )
     if view.grouped_route:
         lines.append(f"# {view.grouped_route}")
     if view.host_profile:
         lines += [f"# {line}" for line in preview_lines(view.host_profile)]
+    lines.append(f"# {view.speculation}")
     for name, value in plan.recorded_env.items():
         lines.append(f"{name}={shlex.quote(value)}" if value is not None else f"# {name} unset")
     lines.append(shlex.join(plan.argv))
@@ -185,11 +207,30 @@ def down(
 
 @app.command()
 @handles_errors
-def status(ctx: typer.Context, json_out: bool = _JSON) -> None:
+def status(
+    ctx: typer.Context,
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        help="A server qpnserve did not start (e.g. `vllm serve`): what HTTP and /proc say, "
+        "and what cannot be known.",
+    ),
+    json_out: bool = _JSON,
+) -> None:
     """Desired versus running state, health, the per-rank route summary, and whether a restart
     is needed (and why)."""
     from qpnserve import lifecycle
 
+    if url:
+        from qpnserve.auth import api_key_from_env
+        from qpnserve.lifecycle.remote import url_status
+
+        seen = url_status(url, api_key=api_key_from_env(settings(ctx).environ))
+        if json_out:
+            emit_json(seen)
+        else:
+            typer.echo(render_url_status(seen))
+        return
     report = lifecycle.status(settings=settings(ctx))
     if json_out:
         emit_json(report)
@@ -216,10 +257,13 @@ def render_status(report: StatusReport) -> str:
         lines.append("running:  no server")
     else:
         since = f"{r.started_at:%Y-%m-%d %H:%M:%S} UTC"
-        state = {"gone": "GONE (not running; record is stale)"}.get(report.server, report.server)
+        gone = "exited" + (f"; {report.exit_cause}" if report.exit_cause else "")
+        state = {"gone": f"GONE ({gone}; record is stale)"}.get(report.server, report.server)
         lines.append(f"running:  {state}, pid {r.pid}, since {since}, {r.base_url}")
         plugin = "in" if r.include_plugin else "out"
         host = f"{r.host_kind} {r.host_version or ''}".rstrip()
+        if r.facts_file:
+            host += f" (from {config.FACTS_FILE.name}={r.facts_file}, not probed)"
         route = route_flag_meaning(r.route_flag, r.host_kind)
         lines.append(f"          route {route}, plugin {plugin}, host {host}")
         grouped = grouped_route_text(r.env, r.host_kind)
@@ -232,12 +276,19 @@ def render_status(report: StatusReport) -> str:
         lines.append(f"          log {r.log_path}")
         if report.group_pids:
             lines.append(f"          process group {r.pgid}: {len(report.group_pids)} processes")
+        if report.processes:
+            named = ", ".join(f"{p.pid} {p.title[:60]}" for p in report.processes)
+            lines.append(f"          processes: {named}")
         lines.append(f"health:   {report.health_detail or 'not probed'}")
         lines.append(f"route:    {report.route_text or '-'}")
         if report.route_graphs is not None:
             lines.append(f"graphs:   {report.route_graphs.text}")
         if report.route_values is not None:
             lines.append(f"sources:  {sources_line(report.route_values)}")
+        if report.steps_text:
+            lines.append(f"steps:    {report.steps_text}")
+        if report.speculation_text:
+            lines.append(f"          {report.speculation_text}")
     if report.restart_needed:
         lines.append("restart needed: yes")
         lines += [f"  - {reason}" for reason in report.restart_reasons]
@@ -245,6 +296,23 @@ def render_status(report: StatusReport) -> str:
             lines.append(f"  run: {report.restart_command}")
     else:
         lines.append("restart needed: no")
+    return "\n".join(lines)
+
+
+def render_url_status(seen: UrlStatus) -> str:
+    lines = [f"server:   {seen.url} (not started by qpnserve)"]
+    lines.append(f"health:   {seen.health_detail}")
+    models = ", ".join(seen.served_models) or "-"
+    lines.append(f"models:   {models}" + (f" (vLLM {seen.version})" if seen.version else ""))
+    if seen.processes:
+        named = ", ".join(f"{p.pid} {p.title[:60]}" for p in seen.processes)
+        lines.append(f"processes: {named}")
+    if seen.route_env is not None:
+        values = "  ".join(f"{k}={v}" for k, v in seen.route_env.items() if v is not None)
+        lines.append(
+            f"route env: {values or 'none set'} (source: /proc/{seen.listener_pid}/environ)"
+        )
+    lines += [f"unknown:  {what}" for what in seen.unknown]
     return "\n".join(lines)
 
 

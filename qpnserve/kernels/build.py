@@ -1,9 +1,13 @@
 """Compile (``build``) or load (``load``) the operator extension from csrc/.
 
-A build goes into ``<build dir>/<build_key>/`` (``Settings.build_dir``, passed by the caller) and
-is keyed by the csrc sources, the torch version, the CUDA version and the arch list, so a changed
-source or a different torch never loads a stale library. ``load`` only ever loads a prebuilt
-library (a server must never compile); ``build`` is what ``qpnserve build`` runs.
+Two libraries come from csrc/: the operator (target "op": what ``qpnserve build`` compiles and a
+server loads) and the bench extension (target "bench": csrc/bench_*.cu, the read floor, the
+traced copy of the operator and the barrier probe), which only ``bench op`` builds and loads, so
+the server's library carries no benchmark code. A build goes into ``<build dir>/<build_key>/``
+(``Settings.build_dir``, passed by the caller) and is keyed by the target, its csrc sources, the
+torch version, the CUDA version and the arch list, so a changed source or a different torch
+never loads a stale library. ``load`` only ever loads a prebuilt operator (a server must never
+compile); ``build`` is what ``qpnserve build`` runs.
 
 torch is imported inside the functions: ``import qpnserve.kernels.build`` stays cheap.
 """
@@ -27,7 +31,10 @@ from qpnserve.resources import resource_dir
 
 SOURCE_SUFFIXES = (".cu", ".cpp", ".h", ".cuh")
 MANIFEST_NAME = "manifest.json"
-LIBRARY_PREFIX = "qpnserve_ops"
+BENCH_PREFIX = "bench_"  # csrc/bench_*: the bench extension's own files
+TARGETS = ("op", "bench")
+LIBRARY_PREFIXES = {"op": "qpnserve_ops", "bench": "qpnserve_bench"}
+LIBRARY_PREFIX = LIBRARY_PREFIXES["op"]
 
 Progress = Callable[[str], None]
 
@@ -53,15 +60,31 @@ def _no_progress(_: str) -> None:
     pass
 
 
-def source_files() -> list[Path]:
-    """Every csrc/ file that goes into a build key (sorted; .cu, .cpp, .h, .cuh)."""
+def source_files(target: str = "op") -> list[Path]:
+    """The csrc/ files a target's build reads (sorted; .cu, .cpp, .h, .cuh): the operator's
+    are every file but csrc/bench_*; the bench extension reads those and the operator's
+    headers (it includes them)."""
     root = resource_dir("csrc")
-    return sorted(p for p in root.iterdir() if p.is_file() and p.suffix in SOURCE_SUFFIXES)
+    files = sorted(p for p in root.iterdir() if p.is_file() and p.suffix in SOURCE_SUFFIXES)
+    if target == "op":
+        return [p for p in files if not p.name.startswith(BENCH_PREFIX)]
+    if target == "bench":
+        return [p for p in files if p.name.startswith(BENCH_PREFIX) or p.suffix in (".h", ".cuh")]
+    raise ValueError(f"unknown build target {target!r}")
 
 
-def sources_digest() -> str:
+def compiled_sources(target: str, cpu_only: bool) -> list[Path]:
+    """The translation units of a target's build: the operator's .cpp (and .cu with CUDA), or
+    the bench extension's bench_*.cu."""
+    if target == "bench":
+        return [p for p in source_files("bench") if p.suffix == ".cu"]
+    suffixes = (".cpp",) if cpu_only else (".cpp", ".cu")
+    return [p for p in source_files("op") if p.suffix in suffixes]
+
+
+def sources_digest(target: str = "op") -> str:
     digest = hashlib.sha256()
-    for path in source_files():
+    for path in source_files(target):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -72,13 +95,16 @@ def _torch_versions() -> tuple[str, str | None]:
     return str(torch.__version__), torch.version.cuda
 
 
-def build_key(arch_list: Sequence[str] | str | None, with_cuda: bool) -> str:
-    """Hash of the csrc sources, the torch version, the CUDA version and the arch list."""
+def build_key(arch_list: Sequence[str] | str | None, with_cuda: bool, target: str = "op") -> str:
+    """Hash of the target, its csrc sources, the torch version, the CUDA version and the arch
+    list."""
     torch_version, cuda_version = _torch_versions()
     archs = toolchain.normalize_arch_list(arch_list) if with_cuda else ()
+    fields: dict[str, object] = {} if target == "op" else {"target": target}
     payload = json.dumps(
         {
-            "sources": sources_digest(),
+            **fields,
+            "sources": sources_digest(target),
             "torch": torch_version,
             "cuda": cuda_version if with_cuda else None,
             "archs": list(archs),
@@ -131,6 +157,7 @@ def build(
     force: bool = False,
     cpu_only: bool = False,
     progress: Progress = _no_progress,
+    target: str = "op",
     *,
     build_dir: Path,
 ) -> BuildResult:
@@ -138,20 +165,33 @@ def build(
 
     arch_list: compute capabilities to compile for (e.g. "7.0"); None = the visible GPUs'.
     cpu_only: compile the C++ CPU implementation only (no CUDA needed; used by CI tests).
+    target: "op" (the operator) or "bench" (the bench extension; CUDA only).
     Never called inside a running server: the plugin uses ``load``.
     """
+    if target not in TARGETS:
+        raise ValueError(f"unknown build target {target!r}")
+    if target == "bench" and cpu_only:
+        raise BuildError("the bench extension needs CUDA", hint="build it on the GPU host")
     if "vllm" in sys.modules:
         raise BuildError(
             "refusing to compile the operator inside a process that has imported vLLM",
             hint="run `qpnserve build` before starting the server",
         )
-    torch = toolchain.require_torch()
+    # Options first (a bad --arch is a usage error whatever is installed), then torch.
+    archs: tuple[str, ...] = () if cpu_only else toolchain.normalize_arch_list(arch_list)
+    torch = toolchain.require_torch(
+        hint=toolchain.CPU_TORCH_HINT if cpu_only else toolchain.HOST_TORCH_HINT
+    )
     from torch.utils import cpp_extension
 
     torch_version, torch_cuda = str(torch.__version__), torch.version.cuda
-    archs: tuple[str, ...] = ()
     if not cpu_only:
-        archs = toolchain.normalize_arch_list(arch_list) or toolchain.local_arch_list()
+        if torch_cuda is None:
+            # The real cause before any --arch advice: no arch list helps a CPU torch.
+            refusal = toolchain.toolkit_refusal(archs, None, None)
+            assert refusal is not None
+            raise refusal
+        archs = archs or toolchain.local_arch_list()
         if not archs:
             raise BuildError(
                 "no CUDA GPU is visible to pick the arch list from",
@@ -171,16 +211,17 @@ def build(
                     hint="use the host's torch build (1Cat-vLLM: torch 2.10.0+cu128 has sm_70)",
                 )
 
-    key = build_key(archs, with_cuda=not cpu_only)
+    key = build_key(archs, with_cuda=not cpu_only, target=target)
+    what = "the operator" if target == "op" else "the bench extension"
     if not force:
         cached = _find_prebuilt(build_dir, key)
         if cached is not None:
-            progress(f"reusing the build in {cached.path.parent}")
-            return _ensure_loaded(cached)
-    current = loaded()
+            progress(f"reusing the build of {what} in {cached.path.parent}")
+            return _ensure_loaded(cached, target)
+    current = loaded(target)
     if current is not None:
         raise BuildError(
-            f"a build of the operator ({current.path}) is already loaded in this process",
+            f"a build of {what} ({current.path}) is already loaded in this process",
             hint="run `qpnserve build` in a fresh process",
         )
 
@@ -192,13 +233,12 @@ def build(
         if not force:  # another process may have finished it while we waited
             cached = _find_prebuilt(build_dir, key)
             if cached is not None:
-                return _ensure_loaded(cached)
+                return _ensure_loaded(cached, target)
         (directory / MANIFEST_NAME).unlink(missing_ok=True)
-        suffixes = (".cpp",) if cpu_only else (".cpp", ".cu")
-        sources = [str(p) for p in source_files() if p.suffix in suffixes]
-        name = f"{LIBRARY_PREFIX}_{key}"
+        sources = [str(p) for p in compiled_sources(target, cpu_only)]
+        name = f"{LIBRARY_PREFIXES[target]}_{key}"
         label = f"{'CPU' if cpu_only else 'sm_' + ','.join(a.replace('.', '') for a in archs)}"
-        progress(f"compiling {len(sources)} sources for {label} into {directory}")
+        progress(f"compiling {what}: {len(sources)} sources for {label} into {directory}")
         stop = threading.Event()
         ticker = threading.Thread(target=_heartbeat, args=(progress, label, stop), daemon=True)
         started = time.monotonic()
@@ -222,7 +262,7 @@ def build(
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
             last = str(exc).strip().splitlines()
             raise BuildError(
-                f"compiling the operator failed: {last[-1] if last else exc}",
+                f"compiling {what} failed: {last[-1] if last else exc}",
                 hint=f"the full compiler output is in {directory}; rerun with --force",
             ) from exc
         finally:
@@ -232,13 +272,14 @@ def build(
         if not so_path.is_file():
             raise BuildError(f"the compiler produced no {so_path.name} in {directory}")
         manifest = {
+            "target": target,
             "build_key": key,
             "library": so_path.name,
             "arch_list": list(archs),
             "with_cuda": not cpu_only,
             "torch_version": torch_version,
             "cuda_version": torch_cuda if not cpu_only else None,
-            "sources_digest": sources_digest(),
+            "sources_digest": sources_digest(target),
             "compile_s": round(time.monotonic() - started, 1),
         }
         from qpnserve.fsutil import atomic_write_text
@@ -246,31 +287,32 @@ def build(
         atomic_write_text(directory / MANIFEST_NAME, json.dumps(manifest, indent=2), mode=0o644)
         progress(f"compiled in {manifest['compile_s']} s")
         result = _result_from_manifest(directory, manifest, reused=False)
-        _register_loaded(so_path, result)
+        _register_loaded(result, target)
         return result
 
 
-# The library loaded into this process (one at most: every build defines TORCH_LIBRARY(qpnserve)).
+# The libraries loaded into this process, by target (one each at most: every operator build
+# defines TORCH_LIBRARY(qpnserve), every bench build TORCH_LIBRARY(qpnserve_bench)).
 _LOADED: dict[str, BuildResult] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def _register_loaded(path: Path, result: BuildResult | None = None) -> None:
-    from qpnserve.kernels import ops
+def _register_loaded(result: BuildResult, target: str = "op") -> None:
+    _LOADED[target] = result
+    if target == "op":
+        from qpnserve.kernels import ops
 
-    if result is not None:
-        _LOADED[str(path)] = result
-    ops.register_fake_once()
-
-
-def loaded() -> BuildResult | None:
-    """The build loaded into this process, if any."""
-    return next(iter(_LOADED.values()), None)
+        ops.register_fake_once()
 
 
-def _load_library(result: BuildResult) -> BuildResult:
-    """torch.ops.load_library of ``result``, recorded as this process's build. Caller holds
-    _LOAD_LOCK."""
+def loaded(target: str = "op") -> BuildResult | None:
+    """The build of ``target`` loaded into this process, if any."""
+    return _LOADED.get(target)
+
+
+def _load_library(result: BuildResult, target: str = "op") -> BuildResult:
+    """torch.ops.load_library of ``result``, recorded as this process's build of ``target``.
+    Caller holds _LOAD_LOCK."""
     import torch
 
     try:
@@ -280,15 +322,15 @@ def _load_library(result: BuildResult) -> BuildResult:
             f"loading {result.path} failed: {exc}",
             hint="rebuild it with `qpnserve build --force`",
         ) from exc
-    _register_loaded(result.path, result)
+    _register_loaded(result, target)
     return result
 
 
-def _ensure_loaded(result: BuildResult) -> BuildResult:
-    """Load ``result`` unless a build is already loaded (one library per process)."""
+def _ensure_loaded(result: BuildResult, target: str = "op") -> BuildResult:
+    """Load ``result`` unless a build of ``target`` is already loaded (one per process)."""
     with _LOAD_LOCK:
-        if loaded() is None:
-            _load_library(result)
+        if loaded(target) is None:
+            _load_library(result, target)
     return result
 
 
@@ -302,6 +344,8 @@ def _matching_builds(build_dir: Path, archs: tuple[str, ...], cpu_only: bool) ->
     for directory in root.iterdir():
         data = _read_manifest(directory)
         if data is None or data.get("sources_digest") != digest:
+            continue
+        if data.get("target", "op") != "op":
             continue
         if data.get("torch_version") != torch_version or bool(data.get("with_cuda")) == cpu_only:
             continue

@@ -15,13 +15,6 @@ if TYPE_CHECKING:
     import torch
 
 OP_NAME = "qpnserve::awq_moe_m1_out"
-PATH_OP_NAME = "qpnserve::awq_moe_m1_out_path"
-
-# Paths of the CUDA implementation (the CPU implementation has one): the device's default (on
-# sm_90 the m16n8k16 kernels with the polled hand-off of h; elsewhere the V100 design), or the
-# V100 design (m8n8k4, the sm_70 kernels) on any GPU, so that it can be tested where no V100 is.
-PATH_DEFAULT = 0
-PATH_V100 = 1
 
 _fake_lock = threading.Lock()
 _fake_registered = False
@@ -57,33 +50,13 @@ def awq_moe_m1_out(
     h = fp16(fp16(silu(gate)) * up) with silu in FP32; y_r = fp16(FP32 dot(h, w2)); then
     out = fp16(acc), acc = fma(weights[r], y_r, acc) in FP32 over r in router order.
     Duplicate ids are separate routes. Deterministic; no allocation, no host synchronisation,
-    current stream: capturable in a CUDA graph. Caller errors raise RuntimeError naming the
-    argument.
+    current stream: capturable in a CUDA graph. On CUDA it is the V100 design on every GPU
+    (compute capability 7.0 or newer; on a newer GPU correct, but not timed as a V100).
+    Caller errors raise RuntimeError naming the argument.
     """
     import torch
 
     torch.ops.qpnserve.awq_moe_m1_out(out, intermediate, x, w13, s13, w2, s2, ids, weights)
-
-
-def awq_moe_m1_out_path(
-    out: torch.Tensor,
-    intermediate: torch.Tensor,
-    x: torch.Tensor,
-    w13: torch.Tensor,
-    s13: torch.Tensor,
-    w2: torch.Tensor,
-    s2: torch.Tensor,
-    ids: torch.Tensor,
-    weights: torch.Tensor,
-    path: int,
-) -> None:
-    """``awq_moe_m1_out`` with the CUDA path pinned: PATH_DEFAULT or PATH_V100 (anything else
-    raises RuntimeError naming ``path``); for tests and ``bench op --op-path``."""
-    import torch
-
-    torch.ops.qpnserve.awq_moe_m1_out_path(
-        out, intermediate, x, w13, s13, w2, s2, ids, weights, path
-    )
 
 
 def _check_fake_args(out: torch.Tensor, intermediate: torch.Tensor) -> None:
@@ -110,11 +83,7 @@ def register_fake_once() -> None:
         def fake(out, intermediate, x, w13, s13, w2, s2, ids, weights):
             _check_fake_args(out, intermediate)
 
-        def fake_path(out, intermediate, x, w13, s13, w2, s2, ids, weights, path):
-            _check_fake_args(out, intermediate)
-
         torch.library.register_fake(OP_NAME)(fake)
-        torch.library.register_fake(PATH_OP_NAME)(fake_path)
         _fake_registered = True
 
 

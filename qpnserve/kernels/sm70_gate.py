@@ -24,17 +24,10 @@ from qpnserve.errors import BuildError
 from qpnserve.resources import resource_dir
 
 HEADER = "awq_moe_m1_kernels.cuh"
-# (readable name, name expression, runs on sm_70?)
+# (readable name, name expression, runs on sm_70?): the V100 design, the one CUDA form.
 KERNELS: tuple[tuple[str, str, bool], ...] = (
     ("v100 design 4-byte m8n8k4", "qpn::v100_moe_kernel<false>", True),
     ("v100 design 3-byte m8n8k4", "qpn::v100_moe_kernel<true>", True),
-    # The sm_90 default is compiled into every build but never launched below sm_90.
-    (
-        "w13_swiglu sm_90 default",
-        "qpn::w13_swiglu_kernel<false, false, 16, 2, qpn::kPublishTag>",
-        False,
-    ),
-    ("w2_combine16 sm_90 default", "qpn::w2_combine16_kernel<false>", False),
 )
 
 
@@ -97,10 +90,11 @@ def nvrtc_compile(
     name_exprs: Sequence[str],
     arch: str = "70",
     defines: Sequence[str] = (),
+    include_dir: Path | None = None,
 ) -> tuple[str, dict[str, str]]:
     """CUDA 12.8 NVRTC (from PyPI): device source -> (PTX for compute_<arch>, name expression ->
-    mangled name). Include path: csrc/ and the CUDA runtime headers. Shared by the gate and
-    scripts/sm70_projection.py, so both read the same build."""
+    mangled name). Include path: csrc/ (or include_dir) and the CUDA runtime headers. Shared by
+    the gate and the sm_70 projection, so both read the same build."""
     lib = ctypes.CDLL(str(_nvidia_dir("cuda_nvrtc") / "lib" / "libnvrtc.so.12"))
     prog = ctypes.c_void_p()
     _check(
@@ -115,7 +109,7 @@ def nvrtc_compile(
             f"--gpu-architecture=compute_{arch}".encode(),
             b"-std=c++17",
             b"-lineinfo",
-            f"-I{resource_dir('csrc')}".encode(),
+            f"-I{include_dir or resource_dir('csrc')}".encode(),
             f"-I{_nvidia_dir('cuda_runtime') / 'include'}".encode(),
             *(f"-D{d}".encode() for d in defines),
         ]

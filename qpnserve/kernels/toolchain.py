@@ -84,15 +84,25 @@ def toolkit_refusal(
     return None
 
 
-def require_torch() -> ModuleType:
+# Where a torch comes from, by what it is needed for: the CUDA operator builds against the
+# host's torch; the CPU-only build (CI, a laptop) needs any torch, which the test extra brings.
+HOST_TORCH_HINT = "run qpnserve with the host's Python (ReVolta and 1Cat-vLLM bring torch 2.10.0)"
+CPU_TORCH_HINT = (
+    "install the test extra's CPU torch (pip install -e '.[test]' in a checkout), or run "
+    "qpnserve with the host's Python"
+)
+
+
+def require_torch(
+    purpose: str = "the operator cannot be built", hint: str = HOST_TORCH_HINT
+) -> ModuleType:
     """The installed torch, or a BuildError: the operator builds against the host's torch,
     and `qpnserve check` runs where that torch may not be installed yet."""
     try:
         import torch
     except ImportError:
         raise BuildError(
-            "torch is not installed in this Python, so the operator cannot be built",
-            hint="run qpnserve with the host's Python (ReVolta and 1Cat-vLLM bring torch 2.10.0)",
+            f"torch is not installed in this Python, so {purpose}", hint=hint
         ) from None
     return torch
 

@@ -10,9 +10,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from qpnserve import config
+from qpnserve.auth import api_key_from_env
 from qpnserve.errors import QpnError
 from qpnserve.lifecycle.options import Progress, stderr_progress
-from qpnserve.lifecycle.procs import group_members, is_alive, stop_group
+from qpnserve.lifecycle.postmortem import ServerProcess, exit_cause, server_processes
+from qpnserve.lifecycle.procs import descendants, group_members, is_alive, log_tail, stop_group
 from qpnserve.lifecycle.route_check import (
     GraphSummary,
     RouteSummary,
@@ -100,6 +102,8 @@ class StatusReport(BaseModel):
     running: RunningState | None
     server: ServerPhase
     group_pids: list[int] = Field(default_factory=list)  # live processes of the server's group
+    processes: list[ServerProcess] = Field(default_factory=list)  # the same, with their titles
+    exit_cause: str | None = None  # gone: which process died first, from the server's log
     healthy: bool | None = None  # None: not probed (nothing running)
     health_detail: str | None = None
     route: RouteSummary | None = None
@@ -110,6 +114,11 @@ class StatusReport(BaseModel):
     restart_command: str | None = None
     # Each route-related value of the running server with its source (qpnserve.route_sources).
     route_values: RouteValues | None = None
+    # The user's own traffic since the server started (qpnserve.bench.steps): the share of
+    # engine steps that processed one token, the only steps the M=1 route serves.
+    single_token_step_share: float | None = None
+    steps_text: str | None = None
+    speculation_text: str | None = None  # qpnserve.speculation's line, from /metrics and argv
 
 
 def status(probe_timeout_s: float = 2.0, *, settings: config.Settings) -> StatusReport:
@@ -126,13 +135,16 @@ def status(probe_timeout_s: float = 2.0, *, settings: config.Settings) -> Status
     route: RouteSummary | None = None
     graphs: GraphSummary | None = None
     route_values: RouteValues | None = None
+    processes: list[ServerProcess] = []
+    cause: str | None = None
     if running is not None:
         alive = is_alive(running.pid, running.proc_start_ticks)
         reused = not alive and is_alive(running.pid, None)  # the pid names another process now
         members = [] if reused else group_members(running.pgid)
         phase = running.phase if alive else "gone"
         if alive:
-            healthy, health_detail = _probe_health(running.base_url, probe_timeout_s)
+            key = api_key_from_env(settings.environ)
+            healthy, health_detail = _probe_health(running.base_url, probe_timeout_s, key)
         try:
             reports = read_reports(Path(running.report_dir))
             route = summarize(reports, running.tp, expected_moe_layers(Path(running.model)))
@@ -141,16 +153,23 @@ def status(probe_timeout_s: float = 2.0, *, settings: config.Settings) -> Status
             health_detail = f"{health_detail or ''}; {exc.message}".lstrip("; ")
         live = [running.pid, *(m for m in members if m != running.pid)] if alive else []
         route_values = server_route_values(live, running.host_kind)
+        pids = set(members) | ({s.pid for s in descendants(running.pid)} if alive else set())
+        processes = server_processes(sorted(pids), running.pid)
+        if phase == "gone":
+            cause = exit_cause(log_tail(Path(running.log_path), 400, 1024 * 1024), running.tp)
     needed, reasons = restart_decision(desired, running, phase)
     if phase == "gone" and members:
         reasons.append(f"pids {members} of its process group remain: `qpnserve down` stops them")
     command = restart_command(desired) if needed else None
+    share, steps_text, speculation_text = _steps(running, healthy, probe_timeout_s)
     return StatusReport(
         state_dir=str(root),
         desired=desired,
         running=running,
         server=phase,
         group_pids=members,
+        processes=processes,
+        exit_cause=cause,
         healthy=healthy,
         health_detail=health_detail,
         route=route,
@@ -160,7 +179,30 @@ def status(probe_timeout_s: float = 2.0, *, settings: config.Settings) -> Status
         restart_reasons=reasons,
         restart_command=command,
         route_values=route_values,
+        single_token_step_share=share,
+        steps_text=steps_text,
+        speculation_text=speculation_text,
     )
+
+
+def _steps(
+    running: RunningState | None, healthy: bool | None, timeout_s: float
+) -> tuple[float | None, str | None, str | None]:
+    """The share since start, its line, and speculation said plainly (None: not probed)."""
+    if running is None or not healthy:
+        return None, None, None
+    from qpnserve.bench.steps import scrape_now, share_text, since_start
+    from qpnserve.speculation import from_launch, from_server, route_meaning
+
+    counters = scrape_now(running.base_url, timeout_s)
+    share = since_start(counters)
+    text = share_text(share, " since the server started")
+    if isinstance(counters, str) or counters.missing:  # not vLLM's metrics: judge the launch
+        spec = from_launch(running.argv, running.env)
+    else:
+        spec = from_server(share.speculating, running.argv)
+    measured = None if share.share is None else f"single-token step share {share.share:.2f}"
+    return share.share, text, route_meaning(spec, measured)
 
 
 def _route_text(running: RunningState | None, route: RouteSummary | None) -> str | None:
@@ -171,14 +213,27 @@ def _route_text(running: RunningState | None, route: RouteSummary | None) -> str
     return route.text
 
 
-def _probe_health(base_url: str, timeout_s: float) -> tuple[bool, str]:
+def _probe_health(base_url: str, timeout_s: float, key: str | None) -> tuple[bool, str]:
+    """/health (never guarded by a key), then /v1/models with $VLLM_API_KEY: a 401 there is
+    said as a key problem, so `status` tells whether bench and verify will get through."""
     import httpx
+
+    from qpnserve.auth import auth_headers, unauthorized_text
 
     try:
         resp = httpx.get(f"{base_url}/health", timeout=timeout_s)
     except httpx.HTTPError as exc:
         return False, f"/health: no answer ({type(exc).__name__})"
-    return resp.status_code == 200, f"/health: HTTP {resp.status_code}"
+    detail = f"/health: HTTP {resp.status_code}"
+    if resp.status_code != 200:
+        return False, detail
+    try:
+        models = httpx.get(f"{base_url}/v1/models", timeout=timeout_s, headers=auth_headers(key))
+    except httpx.HTTPError as exc:
+        return True, f"{detail}; /v1/models: no answer ({type(exc).__name__})"
+    if models.status_code == 401:
+        return True, f"{detail}; {unauthorized_text(key, '/v1/models')}"
+    return True, f"{detail}; /v1/models: HTTP {models.status_code}"
 
 
 def restart_decision(

@@ -155,11 +155,14 @@ _OWNED_ENV = {
 
 
 def replaced_env(base_env: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
-    """One line per variable the user set that the server gets with another value."""
+    """One line per variable the user set that the server gets with another value. A route
+    flag no host accepts is not replaced but refused: the preflight FAILs it (prestart.py)."""
     return [
         f"note: {name}={base_env[name]} in your environment is replaced by {env[name]} ({why})"
         for name, why in _OWNED_ENV.items()
-        if name in base_env and base_env[name] != env.get(name)
+        if name in base_env
+        and base_env[name] != env.get(name)
+        and (name != config.ROUTE_FLAG.name or base_env[name] in config.ROUTE_FLAG_VALUES)
     ]
 
 
@@ -203,6 +206,18 @@ def port_in_use(host: str, port: int) -> bool:
 
 def port_holder(port: int) -> str | None:
     """'pid N (cmd)' of the process listening on ``port``, when /proc lets us see it."""
+    pid = port_holder_pid(port)
+    if pid is None:
+        return None
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        cmd = "?"
+    return f"pid {pid} ({cmd[:120]})"
+
+
+def port_holder_pid(port: int) -> int | None:
+    """The pid of the process listening on TCP ``port`` here, when /proc lets us see it."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -226,8 +241,7 @@ def port_holder(port: int) -> str | None:
         try:
             for fd in (proc / "fd").iterdir():
                 if os.readlink(fd) in targets:
-                    cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-                    return f"pid {proc.name} ({cmd[:120]})"
+                    return int(proc.name)
         except OSError:
             continue
     return None

@@ -42,6 +42,18 @@ class UpOptions:
     server_module: str = config.DEFAULT_SERVER_MODULE
     poll_s: float = 1.0
     progress_every_s: float = 10.0
+    # The server's API key, given as `-- --api-key K` (taken out of extra_args here, so no argv,
+    # state file or log of qpnserve's holds it); None: the server inherits $VLLM_API_KEY, if set.
+    api_key: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        from qpnserve.auth import split_api_key
+
+        self.extra_args, key = split_api_key(self.extra_args)
+        if key is not None:
+            if self.api_key is not None and self.api_key != key:
+                raise UsageError("two different API keys were given")
+            self.api_key = key
 
     @property
     def served_name(self) -> str:

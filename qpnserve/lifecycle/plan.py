@@ -56,6 +56,14 @@ def plan_launch(
             installed_general_plugins() if installed_plugins is None else installed_plugins
         ),
     )
+    notes = replaced_env(base_env, env)
+    if opts.api_key is not None:
+        # vLLM lets --api-key win over the variable; moving the key keeps that precedence.
+        env[config.API_KEY.name] = opts.api_key
+        notes.append(
+            f"note: --api-key goes to the server as {config.API_KEY.name} (kept out of its argv, "
+            "its log and qpnserve's state)"
+        )
     argv = build_argv(
         python=default_python(),
         server_module=opts.server_module,
@@ -78,7 +86,7 @@ def plan_launch(
         root / "run",
         log_path,
         reports,
-        replaced_env(base_env, env),
+        notes,
     )
 
 
@@ -89,6 +97,7 @@ def starting_state(
     host_kind: HostKind,
     host_version: str | None,
     build_key: str | None,
+    facts_file: str | None = None,
 ) -> RunningState:
     return RunningState(
         phase="starting",
@@ -103,6 +112,7 @@ def starting_state(
         include_plugin=opts.include_plugin,
         host_kind=host_kind,
         host_version=host_version,
+        facts_file=facts_file,
         build_key=build_key,
         model=str(opts.model.resolve()),
         served_model_name=opts.served_name,
@@ -113,10 +123,12 @@ def starting_state(
         server_module=opts.server_module,
         log_path=str(plan.log_path),
         report_dir=str(plan.report_dir),
+        api_key_set=bool(plan.env.get(config.API_KEY.name)),
     )
 
 
-def desired_from(opts: UpOptions) -> DesiredState:
+def desired_from(opts: UpOptions, api_key_in_env: bool = False) -> DesiredState:
+    """``api_key_in_env``: $VLLM_API_KEY is set in the settings the server starts from."""
     return DesiredState(
         awq_m1=opts.awq_m1,
         include_plugin=opts.include_plugin,
@@ -129,4 +141,5 @@ def desired_from(opts: UpOptions) -> DesiredState:
         server_module=None
         if opts.server_module == config.DEFAULT_SERVER_MODULE
         else opts.server_module,
+        api_key_set=opts.api_key is not None or api_key_in_env,
     )

@@ -1,18 +1,20 @@
 """`up`'s checks before anything starts, shared with `up --dry-run`: the options, the state
-directory, a recorded server or anything else on the port, GPUs already in use, and the
-preflight (which judges the environment the server will get)."""
+directory, a recorded server or anything else on the port, leftover vLLM processes and GPUs
+already in use (guards.py), and the preflight (which judges the environment the server will get)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from qpnserve.config import Settings
+from qpnserve.config import ROUTE_FLAG, ROUTE_FLAG_VALUES, Settings
 from qpnserve.errors import ConflictError, PreflightError
 from qpnserve.host import HostInfo
+from qpnserve.lifecycle.guards import judge, summary_lines
+from qpnserve.lifecycle.guards_probe import gather_guard_facts
 from qpnserve.lifecycle.launch import port_holder, port_in_use
 from qpnserve.lifecycle.options import Progress, UpOptions, validate
-from qpnserve.lifecycle.procs import gpu_compute_processes, group_members, is_alive
+from qpnserve.lifecycle.procs import group_members, is_alive
 from qpnserve.lifecycle.stages import Stages
 from qpnserve.state import clear_running, ensure_state_dir, locked, read_running
 
@@ -31,8 +33,8 @@ def checks_before_start(
     root = ensure_state_dir(settings.state_dir)
     with locked(root):
         check_conflicts(root, opts, say, dry_run)  # fail fast, before the slow stages
-    _warn_busy_gpus(say)
-    host = stages.preflight(opts, server_env, say, settings)
+    guard_start(opts, server_env, say)
+    host = stages.preflight(opts, judged_env(server_env, settings.environ), say, settings)
     if opts.awq_m1 and host.kind not in ("native", "patched"):
         raise PreflightError(
             f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",
@@ -41,19 +43,33 @@ def checks_before_start(
     return root, host
 
 
-def _warn_busy_gpus(say: Progress) -> None:
-    busy = gpu_compute_processes()
-    if not busy:
-        return
-    held = ", ".join(
-        f"GPU {p.gpu_index} pid {p.pid}"
-        + (f" ({p.used_mib} MiB)" if p.used_mib is not None else "")
-        for p in busy
-    )
-    say(
-        f"warning: the GPUs already hold compute processes: {held}; workers orphaned by an "
-        "earlier server keep their memory until killed, and the new server may run out of it"
-    )
+def guard_start(opts: UpOptions, server_env: Mapping[str, str], say: Progress) -> None:
+    """Refuse to start over leftover vLLM processes or processes holding memory on the GPUs the
+    server will use (guards.py says which count); say what could not be known; warn on RAM."""
+    facts = gather_guard_facts(server_env, opts.tp, opts.model)
+    verdict = judge(facts)
+    for line in summary_lines(verdict, facts.prefix):
+        say(line)
+    if verdict.blockers:
+        count = len(verdict.blockers)
+        shown = "; ".join(b.text() for b in verdict.blockers[:4])
+        more = f" (and {count - 4} more)" if count > 4 else ""
+        raise ConflictError(
+            f"{count} process{'es' if count > 1 else ''} would share the server's GPUs: "
+            f"{shown}{more}",
+            hint=f"stop them, then retry: {verdict.clear_command}",
+        )
+
+
+def judged_env(server_env: Mapping[str, str], user_env: Mapping[str, str]) -> Mapping[str, str]:
+    """The environment the preflight judges: the server's, except that a route flag of the
+    user's that no host accepts (`2`, `true`, ...) is kept, so that `up` FAILs it exactly as
+    `check` does and refuses to start on that FAIL, instead of silently replacing it."""
+    flag = ROUTE_FLAG.name
+    value = user_env.get(flag)
+    if value is None or value in ROUTE_FLAG_VALUES:
+        return server_env
+    return {**server_env, flag: value}
 
 
 def check_conflicts(root: Path, opts: UpOptions, say: Progress, dry_run: bool = False) -> None:

@@ -26,6 +26,8 @@ class PlanView:
     route: str
     grouped_route: str | None  # a native host's grouped route on the same layers, if any
     host_profile: ProfilePreview | None = None  # what the host's own launch profile will apply
+    facts_file: str | None = None  # the $QPNSERVE_FACTS_FILE the host was read from
+    speculation: str = ""  # qpnserve.speculation's plain-words line for this launch
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,23 @@ class DryRun:
 def describe_plan(plan: LaunchPlan, facts_file: Path | None) -> PlanView:
     from qpnserve.host_routes import grouped_route_text, route_flag_meaning
     from qpnserve.preflight.gather import host_facts
+    from qpnserve.speculation import describe_launch
 
     host = host_facts(facts_file)
     kind = host.kind if host.found else None
     route = route_flag_meaning(plan.recorded_env.get(config.ROUTE_FLAG.name), kind)
     label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
     profile = preview_installed(host.package_dir if host.found else None, plan.argv, plan.env)
-    return PlanView(plan, label, route, grouped_route_text(plan.recorded_env, kind), profile)
+    speculation = describe_launch(plan.argv, plan.env)
+    return PlanView(
+        plan,
+        label,
+        route,
+        grouped_route_text(plan.recorded_env, kind),
+        profile,
+        str(facts_file) if facts_file else None,  # what host_facts() read
+        speculation,
+    )
 
 
 def dry_run(

@@ -216,38 +216,13 @@ def log_tail(path: Path, num_lines: int = 20, max_bytes: int = 64 * 1024) -> lis
     return [ln for ln in lines if ln.strip()][-num_lines:]
 
 
-@dataclass(frozen=True)
-class GpuProcess:
-    gpu_index: int
-    pid: int  # as NVML reports it (the host's pid namespace)
-    used_mib: int | None
-
-
-def gpu_compute_processes() -> list[GpuProcess]:
-    """Compute processes NVML sees on the GPUs; [] when NVML is unavailable (no driver, CI).
-
-    Why: TP workers orphaned by an earlier server keep their GPU memory, and a new server then
-    fails with an out-of-memory error that names no cause (vllm#55510).
-    """
+def read_environ(pid: int | None) -> dict[str, str]:
+    """The environment ``pid`` started with ({} when gone or not readable: another user)."""
+    if pid is None:
+        return {}
     try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # pynvml.NVMLError and OSError subclasses, by driver state
-        return []
-    try:
-        found = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                used = getattr(proc, "usedGpuMemory", None)
-                used_mib = int(used) // 2**20 if isinstance(used, int) else None
-                found.append(GpuProcess(gpu_index=index, pid=int(proc.pid), used_mib=used_mib))
-        return found
-    except Exception:
-        return []  # a warning helper: a failed query must not stop `up`
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+        raw = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}

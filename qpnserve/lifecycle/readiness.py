@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from qpnserve.auth import auth_headers, unauthorized_hint, unauthorized_text
 from qpnserve.errors import ServerError
 from qpnserve.lifecycle.procs import log_tail
 
@@ -29,6 +30,7 @@ class Probe:
 
     ok: bool
     detail: str
+    unauthorized: bool = False  # HTTP 401: a key problem, which no amount of waiting fixes
 
 
 def probe_health(client: httpx.Client, base_url: str) -> Probe:
@@ -49,6 +51,8 @@ def probe_models(client: httpx.Client, base_url: str, served_model_name: str) ->
         ids = [m.get("id") for m in resp.json().get("data", [])] if resp.status_code == 200 else []
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
         return Probe(False, f"no model list ({type(exc).__name__})")
+    if resp.status_code == 401:
+        return Probe(False, "HTTP 401", unauthorized=True)
     if served_model_name in ids:
         return Probe(True, f"{served_model_name} listed")
     return Probe(False, f"HTTP {resp.status_code}, models {ids}")
@@ -63,6 +67,8 @@ def probe_completion(client: httpx.Client, base_url: str, served_model_name: str
         choices = resp.json().get("choices") if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
         return Probe(False, f"completion failed ({type(exc).__name__})")
+    if resp.status_code == 401:
+        return Probe(False, "completion HTTP 401", unauthorized=True)
     if choices:
         return Probe(True, "one-token completion answered")
     return Probe(False, f"completion HTTP {resp.status_code}")
@@ -81,8 +87,10 @@ def wait_ready(
     poll_s: float = 1.0,
     progress_every_s: float = 10.0,
     progress: Callable[[str], None] | None = None,
+    api_key: str | None = None,
 ) -> None:
-    """Return once all three steps pass; raise ServerError if the process exits or time runs out.
+    """Return once all three steps pass; raise ServerError if the process exits, time runs out,
+    or the server answers 401 (with ``api_key``, or without one: a key problem, not a slow load).
 
     ``exit_code`` returns the server's exit status once it has exited (Popen.poll).
     """
@@ -94,7 +102,8 @@ def wait_ready(
     attempt = 0
     detail = "not tried yet"
     # A first completion on a real server may be slow (warm-up), but never longer than the budget.
-    with httpx.Client(timeout=httpx.Timeout(min(60.0, max(timeout_s, 1.0)), connect=2.0)) as client:
+    timeout = httpx.Timeout(min(60.0, max(timeout_s, 1.0)), connect=2.0)
+    with httpx.Client(timeout=timeout, headers=auth_headers(api_key)) as client:
         while True:
             code = exit_code()
             if code is not None:
@@ -106,6 +115,11 @@ def wait_ready(
             else:
                 probe = probe_completion(client, base_url, served_model_name)
             detail = probe.detail
+            if probe.unauthorized:
+                raise ServerError(
+                    unauthorized_text(api_key, f"the server at {base_url}"),
+                    hint=unauthorized_hint(),
+                )
             if probe.ok:
                 step += 1
                 if step == len(STEPS):

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from qpnserve import config
+from qpnserve.auth import api_key_from_env
 from qpnserve.errors import UsageError
 from qpnserve.lifecycle.control import down, restart_command, restart_decision
 from qpnserve.lifecycle.options import Progress, UpOptions, stderr_progress
@@ -112,6 +113,12 @@ def rollback(
         raise UsageError(
             "cannot restart: the desired state names no model", hint="run `qpnserve up`"
         )
+    if after.api_key_set and not api_key_from_env(settings.environ):
+        raise UsageError(
+            "cannot restart: the server was started with an API key, which qpnserve does not "
+            f"store, and {config.API_KEY.name} is not set (the new server would serve without one)",
+            hint=f"export {config.API_KEY.name} with the key, then run the command again",
+        )
     say("restarting without the route: down, then up (detached)")
     down(stop_timeout_s, say, settings=settings)
     opts = UpOptions(
@@ -153,6 +160,7 @@ def _desired_from_running(running: RunningState | None) -> DesiredState:
         server_module=None
         if running.server_module == config.DEFAULT_SERVER_MODULE
         else running.server_module,
+        api_key_set=running.api_key_set,
     )
 
 

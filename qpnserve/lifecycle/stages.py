@@ -40,11 +40,20 @@ def run_preflight_stage(
     sets the route flag and VLLM_PLUGINS itself; everything else the server inherits).
     """
     from qpnserve.preflight import run_preflight
+    from qpnserve.preflight.report import stand_in_note
 
     progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
     report = run_preflight(
-        opts.model, settings=settings, tp=opts.tp, awq_m1=opts.awq_m1, environ=server_env
+        opts.model,
+        settings=settings,
+        tp=opts.tp,
+        awq_m1=opts.awq_m1,
+        environ=server_env,
+        server_args=opts.extra_args,
     )
+    note = stand_in_note(report.facts)
+    if note:
+        progress(f"preflight: {note}")
     failed = report.failed()
     if failed:
         first = failed[0]
@@ -59,7 +68,8 @@ def run_preflight_stage(
             report=report,
         )
     host = report.facts.host
-    return host if host is not None and host.found else HostInfo(found=False)
+    found = host if host is not None and host.found else HostInfo(found=False)
+    return found.model_copy(update={"facts_file": report.facts.source_file})
 
 
 def prepare_extension_stage(host: HostInfo, progress: Progress, settings: config.Settings) -> str:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from qpnserve import config
+from qpnserve.auth import api_key_from_env
 from qpnserve.errors import ServerError
 from qpnserve.lifecycle import stages as stage_defaults
 from qpnserve.lifecycle.launch import start_server
@@ -28,6 +29,7 @@ from qpnserve.lifecycle.route_check import (
 )
 from qpnserve.lifecycle.stages import Stages
 from qpnserve.route_report import clear_reports, read_refusals, read_reports
+from qpnserve.speculation import describe_launch
 from qpnserve.state import (
     RunningState,
     clear_running,
@@ -66,10 +68,13 @@ def up(
     with locked(root):
         check_conflicts(root, opts, say)
         clear_reports(plan.report_dir)
-        write_desired(root, desired_from(opts))
+        key_in_env = api_key_from_env(settings.environ) is not None
+        write_desired(root, desired_from(opts, key_in_env))
         popen = start_server(plan.argv, plan.env, plan.cwd, plan.log_path)
         try:
-            running = starting_state(popen.pid, plan, opts, host.kind, host.version, build_key)
+            running = starting_state(
+                popen.pid, plan, opts, host.kind, host.version, build_key, host.facts_file
+            )
             write_running(root, running)
         except BaseException:
             # Never leave a server that no record names (Ctrl-C or a failed write right here).
@@ -79,9 +84,10 @@ def up(
     say(f"started python -m {opts.server_module} (pid {popen.pid}, its own process group)")
     say(f"  {flag}={running.route_flag}  VLLM_PLUGINS={plan.env[config.VLLM_PLUGINS.name]}")
     say(f"  log: {plan.log_path}")
+    say(f"  {describe_launch(plan.argv, plan.env)}")
     try:
         with _sigterm_as_interrupt():
-            _await_ready(popen, running, root, opts, say)
+            _await_ready(popen, running, root, opts, say, plan.env.get(config.API_KEY.name))
             running = _verify_and_record(popen, running, root, opts, say)
             if opts.detach:
                 say(f"ready at {running.base_url} (detached; `qpnserve down` stops it)")
@@ -98,6 +104,7 @@ def _await_ready(
     root: Path,
     opts: UpOptions,
     say: Progress,
+    api_key: str | None,
 ) -> None:
     say(f"waiting up to {opts.timeout_s:.0f} s for the server at {running.base_url}")
     try:
@@ -110,6 +117,7 @@ def _await_ready(
             poll_s=opts.poll_s,
             progress_every_s=opts.progress_every_s,
             progress=say,
+            api_key=api_key,
         )
     except ServerError as exc:
         if _stop_requested(root, popen.pid):

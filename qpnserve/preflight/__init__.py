@@ -7,7 +7,7 @@ when it cannot run at all (a bad group name, an unreadable $QPNSERVE_FACTS_FILE)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from qpnserve import config
@@ -15,6 +15,7 @@ from qpnserve.config import Settings
 from qpnserve.errors import UsageError
 from qpnserve.preflight.checks import machine_checks
 from qpnserve.preflight.checks_checkpoint import checkpoint_checks
+from qpnserve.preflight.checks_speculation import check_speculation
 from qpnserve.preflight.gather import gather_facts
 from qpnserve.preflight.report import (
     ALL_GROUPS,
@@ -50,6 +51,7 @@ def run_preflight(
     awq_m1: bool = True,
     facts_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    server_args: Sequence[str] | None = None,
 ) -> PreflightReport:
     """Probe (or load ``facts_file``, default the settings' $QPNSERVE_FACTS_FILE) and check.
 
@@ -57,7 +59,8 @@ def run_preflight(
     FAILed. ``awq_m1=False`` turns the route-only requirements (a route-capable host, no
     host variable that disables the path, the route's checkpoint contract) into warnings.
     ``environ`` is the environment the environment checks judge (default: the settings');
-    `up` passes the server's.
+    `up` passes the server's, and ``server_args`` (its extra arguments) for the speculation
+    check.
     """
     chosen: set[str] = set(ALL_GROUPS) if groups is None else set(groups)
     unknown = sorted(chosen - set(ALL_GROUPS))
@@ -72,6 +75,8 @@ def run_preflight(
         environ=settings.environ if environ is None else environ,
     )
     results = machine_checks(facts, chosen, tp, awq_m1)
+    if "toolchain" in chosen:
+        results.append(check_speculation(facts, server_args, awq_m1))
     if "checkpoint" in chosen:
         results += checkpoint_checks(facts.checkpoint, tp, awq_m1)
     ran: list[Group] = [g for g in ALL_GROUPS if g in chosen]

@@ -17,6 +17,11 @@ from qpnserve.preflight.report import CheckResult
 from qpnserve.preflight.report import result as _r
 
 NATIVE_QUANTIZATION = f"AWQ {geometry.BITS}-bit, zero point, GEMM packing, group {geometry.GROUP}"
+# The route's operator is built for one rank of four (contract section 2).
+TP_FIX = (
+    f"use --tp {geometry.TP_SIZE}: the route runs at tensor parallel {geometry.TP_SIZE}, one "
+    "rank per V100"
+)
 RECOPY_FIX = "re-copy the checkpoint (compare file sizes with the source)"
 REQUANTIZE_FIX = (
     f"use the native AWQ group-{geometry.GROUP} export of Qwen3.8 ({geometry.BITS}-bit, zero "
@@ -82,28 +87,49 @@ def check_config(ck: CheckpointFacts, tp: int) -> CheckResult:
         ("hidden_size", geometry.HIDDEN),
     ):
         if tc.get(key) != want:
-            problems.append(f"{key} {tc.get(key)} (needs {want})")
+            problems.append(f"{key} {_shown(tc.get(key))} (needs {want})")
     inter = tc.get("moe_intermediate_size")
-    per_rank = None
-    if not isinstance(inter, int) or tp < 1 or inter % tp:
-        problems.append(f"moe_intermediate_size {inter} is not divisible by TP {tp}")
-    else:
-        per_rank = inter // tp
-        if per_rank != geometry.INTERMEDIATE:
-            problems.append(
-                f"moe_intermediate_size {inter} / TP {tp} = {per_rank} per rank "
-                f"(the operator needs {geometry.INTERMEDIATE})"
-            )
+    if inter != geometry.MOE_INTERMEDIATE:
+        problems.append(
+            f"moe_intermediate_size {_shown(inter)} (needs {geometry.MOE_INTERMEDIATE}: "
+            f"{geometry.INTERMEDIATE} per rank at TP{geometry.TP_SIZE})"
+        )
     if not moe_layers:
         problems.append(f"no MoE layers (num_hidden_layers {tc.get('num_hidden_layers')})")
+    wrong_tp = _tp_problem(tp)
     if problems:
-        return _r(name, "FAIL", "; ".join(problems), REQUANTIZE_FIX)
+        # The export is wrong whatever the TP; a wrong --tp as well is said in the same line.
+        also_tp = f"; also {wrong_tp}" if wrong_tp else ""
+        fix = REQUANTIZE_FIX + (f"; and {TP_FIX}" if wrong_tp else "")
+        return _r(name, "FAIL", "; ".join(problems) + also_tp, fix)
+    if wrong_tp:
+        return _r(
+            name, "FAIL", f"{wrong_tp}; the checkpoint's geometry fits, the TP does not", TP_FIX
+        )
     return _r(
         name,
         "PASS",
         f"{tc['num_experts']} experts, top-{tc['num_experts_per_tok']}, hidden "
-        f"{tc['hidden_size']}, intermediate {inter} ({per_rank} per rank at TP{tp}), "
-        f"{len(moe_layers)} MoE layers of {tc.get('num_hidden_layers')}",
+        f"{tc['hidden_size']}, intermediate {inter} ({geometry.INTERMEDIATE} per rank at "
+        f"TP{tp}), {len(moe_layers)} MoE layers of {tc.get('num_hidden_layers')}",
+    )
+
+
+def _shown(value: object) -> str:
+    # A quoted "640" says why it is not the 640 it reads as.
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _tp_problem(tp: int) -> str | None:
+    """Why ``tp`` cannot carry the route's operator, or None at TP 4."""
+    if tp == geometry.TP_SIZE:
+        return None
+    inter = geometry.MOE_INTERMEDIATE
+    if tp < 1 or inter % tp:
+        return f"moe_intermediate_size {inter} is not divisible by TP {tp}"
+    return (
+        f"moe_intermediate_size {inter} / TP {tp} = {inter // tp} per rank "
+        f"(the operator needs {geometry.INTERMEDIATE}, at TP{geometry.TP_SIZE})"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qpnserve.geometry import TP_SIZE
 from qpnserve.preflight.facts import Facts, GpuDevice, GpuFacts, version_tuple
 from qpnserve.preflight.report import CheckResult
 from qpnserve.preflight.report import result as _r
@@ -78,12 +79,16 @@ def check_gpu_count(facts: Facts, tp: int) -> CheckResult:
     where = f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""
     found = f"{len(visible)} visible GPU(s){where}, tensor parallel {tp} needs {tp}"
     if len(visible) < tp:
-        return _r(
-            name,
-            "FAIL",
-            found,
-            f"run on a host with {tp} V100s, or fix CUDA_VISIBLE_DEVICES to list them",
-        )
+        fix = f"run on a host with {TP_SIZE} V100s, or fix CUDA_VISIBLE_DEVICES to list them"
+        if tp != TP_SIZE:
+            # qpnserve serves at TP 4 only: a host with more GPUs is not the remedy.
+            fix = (
+                f"use --tp {TP_SIZE}: qpnserve serves at tensor parallel {TP_SIZE}, "
+                "one rank per V100"
+            )
+            if len(visible) < TP_SIZE:
+                fix += f", and make {TP_SIZE} V100s visible (CUDA_VISIBLE_DEVICES)"
+        return _r(name, "FAIL", found, fix)
     return _r(name, "PASS", found)
 
 

@@ -82,6 +82,9 @@ class CheckpointFacts(BaseModel):
 class Facts(BaseModel):
     schema_version: int = FACTS_SCHEMA_VERSION
     source: Literal["probed", "recorded"] = "probed"
+    # "recorded": the $QPNSERVE_FACTS_FILE that stood in for the machine (recorded or written
+    # by hand; the checkpoint is still probed).
+    source_file: str | None = None
     hostname: str = ""
     gpu: GpuFacts | None = None  # None: the gpu group was not probed
     torch: TorchFacts | None = None  # torch, nvcc, host, env: the toolchain group

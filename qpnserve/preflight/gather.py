@@ -1,8 +1,8 @@
 """Gathering the facts: probe this machine once, or read them from a recorded file.
 
 $QPNSERVE_FACTS_FILE replaces the machine probes (gpu, torch, nvcc, host, and env when the file
-has it) with recorded facts; the checkpoint is still probed from ``--model``. Imports run one
-way: gather -> probes/checkpoint -> facts.
+has it) with the facts it holds, recorded or hand-written; the checkpoint is still probed from
+``--model``. Imports run one way: gather -> probes/checkpoint -> facts.
 """
 
 from __future__ import annotations
@@ -38,16 +38,42 @@ def load_facts_file(path: Path) -> Facts:
             f"{FACTS_FILE.name}={path} is not a facts file: {first}",
             hint="record one with `qpnserve check --json` and keep its `facts` object",
         ) from None
-    return facts.model_copy(update={"source": "recorded"})
+    return facts.model_copy(update={"source": "recorded", "source_file": str(path)})
+
+
+# The facts each machine group decides on; `env` is optional (the current environment is
+# read when the file has none).
+_GROUP_FACTS = {"gpu": ("gpu",), "toolchain": ("torch", "nvcc", "host")}
+
+
+def _require_recorded(facts: Facts, groups: set[str], path: Path) -> None:
+    """A facts file stands in for the machine only with what it holds: a group whose facts it
+    lacks would otherwise SKIP every check and pass, having examined nothing."""
+    missing = [
+        key
+        for group, keys in _GROUP_FACTS.items()
+        if group in groups
+        for key in keys
+        if getattr(facts, key) is None
+    ]
+    if missing:
+        raise UsageError(
+            f"{FACTS_FILE.name}={path} holds no {', '.join(missing)} facts, so it cannot stand "
+            "in for this machine",
+            hint="record the facts with `qpnserve check --json` on the machine and keep its "
+            "`facts` object, pass --only for the groups the file holds, or unset "
+            f"{FACTS_FILE.name}",
+        )
 
 
 def host_facts(facts_file: Path | None) -> HostInfo:
     """The installed host as `up` will see it: from ``facts_file`` ($QPNSERVE_FACTS_FILE) when
-    set (and it records a host), else probed from the installed files."""
+    set (it must record the toolchain facts), else probed from the installed files."""
     if facts_file is not None:
-        recorded = load_facts_file(facts_file).host
-        if recorded is not None:
-            return recorded
+        recorded = load_facts_file(facts_file)
+        _require_recorded(recorded, {"toolchain"}, facts_file)
+        assert recorded.host is not None
+        return recorded.host
     return probes.probe_host()
 
 
@@ -64,6 +90,7 @@ def gather_facts(
     env = dict(environ)
     if facts_file is not None:
         facts = load_facts_file(facts_file)
+        _require_recorded(facts, groups, facts_file)
         # Keep only what the chosen groups use, as a probe would.
         if "gpu" not in groups:
             facts.gpu = None

@@ -31,7 +31,8 @@ from qpnserve.preflight.fatbin import fatbin_archs
 NVCC_TIMEOUT_S = 20.0
 # Variables that decide whether the host can take the route (contract sections 1 and 5), plus
 # the ones that change which GPUs and toolkit are used.
-_ENV_PREFIXES = ("VLLM_SM70_AWQ_", "VLLM_SM70_MOE_")
+# VLLM_1CAT_*: the host's automatic-speculation switches (qpnserve.speculation).
+_ENV_PREFIXES = ("VLLM_SM70_AWQ_", "VLLM_SM70_MOE_", "VLLM_1CAT_")
 _ENV_NAMES = ("VLLM_PLUGINS", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH")
 
 

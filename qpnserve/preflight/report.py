@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from qpnserve.config import FACTS_FILE
 from qpnserve.preflight.facts import Facts
 
 Group = Literal["gpu", "toolchain", "checkpoint"]
@@ -50,6 +51,17 @@ class PreflightReport(BaseModel):
         return [r for r in self.results if r.status == "FAIL"]
 
 
+def stand_in_note(facts: Facts) -> str | None:
+    """One line saying that a facts file, not this machine, gave the machine facts; None when
+    they were probed. `check`, `up` and `up --dry-run` say it wherever those facts are used."""
+    if facts.source != "recorded":
+        return None
+    return (
+        f"the GPU, toolchain and host facts come from {FACTS_FILE.name}={facts.source_file} "
+        "(recorded or hand-written), not probed from this machine"
+    )
+
+
 def make_report(
     results: list[CheckResult],
     facts: Facts,
@@ -81,7 +93,10 @@ def render_table(report: PreflightReport) -> str:
         verdict = "ready for the AWQ M1 route" if report.awq_m1 else "ready"
     else:
         verdict = "no failures"
-    where = "recorded facts" if report.facts.source == "recorded" else "this machine"
+    where = "facts file" if report.facts.source == "recorded" else "this machine"
     lines.append("")
     lines.append(f"{verdict} ({summary}; groups: {', '.join(report.groups)}; {where})")
+    note = stand_in_note(report.facts)
+    if note and set(report.groups) - {"checkpoint"}:
+        lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from qpnserve import config
+from qpnserve.auth import api_key_from_env
 from qpnserve.errors import CanaryError, UsageError
 from qpnserve.lifecycle.options import Progress, UpOptions
 from qpnserve.lifecycle.plan import desired_from
@@ -35,7 +36,8 @@ def verify_before_up(
         return report
     root = settings.state_dir
     with locked(root):
-        write_desired(root, desired_from(replace(opts, awq_m1=False)))
+        key_in_env = api_key_from_env(settings.environ) is not None
+        write_desired(root, desired_from(replace(opts, awq_m1=False), key_in_env))
     progress("route: off for the next start (desired state saved); no server was started")
     kind = CanaryError if report.verdict == "outside" else VerifyError
     error = kind(

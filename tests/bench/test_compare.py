@@ -11,10 +11,11 @@ from typer.testing import CliRunner
 from qpnserve.bench.compare import compare, delta_pct
 from qpnserve.bench.models import BenchReport, CanaryResult, ClientInfo, ServerInfo, Settings
 from qpnserve.bench.prompt import load_prompt
+from qpnserve.bench.render import compare_table
 from qpnserve.bench.summarize import summarize_cell
 from qpnserve.cli import app
 from qpnserve.errors import ExitCode
-from tests.bench.test_summarize import staggered_wave
+from tests.bench.test_summarize import staggered_wave, stream
 
 runner = CliRunner()
 
@@ -112,3 +113,43 @@ def test_cli_compare_rejects_a_file_that_is_not_a_report(
     assert result.exit_code == int(ExitCode.USAGE)
     assert result.stderr.startswith(f"error: {bad} is not a qpnserve bench report {why}")
     assert "Traceback" not in result.output
+
+
+def burst_report() -> BenchReport:
+    """C4 as a 2-core vLLM serves it when busy: each request's tokens arrive in one burst, one
+    request after another, so no moment has every request decoding (no window)."""
+    made = report(0.25)
+    bursts = [stream(0.5 + k * 0.25, 0.0, 9) for k in range(4)]
+    made.cells[1] = summarize_cell(4, [bursts])
+    return made
+
+
+def test_compare_and_its_table_survive_a_cell_without_a_window() -> None:
+    a, b = burst_report(), report(0.25)
+    assert a.cells[1].pure_decode_tok_s is None
+    result = compare(a, b)
+    pure = next(m for m in result.cells[1].metrics if m.metric == "pure_decode_tok_s")
+    assert (pure.a, pure.delta_pct) == (None, None)
+    assert pure.b == 4 / 0.25
+    assert result.cells[1].no_pure_reason_a == a.cells[1].window_note
+    assert result.cells[1].no_pure_reason_b is None
+    assert result.cells[0].no_pure_reason_a is None
+
+
+def test_compare_table_says_why_a_pure_figure_is_missing() -> None:
+    # The first burst ends at 0.50 s; the last request's first token comes at 1.25 s (#32 defect 5).
+    text = compare_table(compare(burst_report(), report(0.25)))
+    said = [line for line in text.splitlines() if line.startswith("C4: no pure tok/s")]
+    assert said == [
+        "C4: no pure tok/s in A: a request finished at 0.50 s, before the last one's first "
+        "token at 1.25 s, so no moment had every request decoding (more --output-tokens "
+        "widens the overlap)"
+    ]
+
+
+def test_compare_warns_when_a_canary_examined_nothing() -> None:
+    empty = report(0.25)
+    empty.canary = CanaryResult(passed=False, checked_streams=0)
+    result = compare(report(0.25), empty)
+    assert "B's canary examined no stream: nothing shows its output is sane" in result.mismatches
+    assert result.comparable is False

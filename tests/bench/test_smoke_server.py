@@ -154,7 +154,11 @@ def test_no_server_at_url_is_a_one_line_error(unused_tcp_port: int) -> None:
     result = invoke_smoke(f"http://127.0.0.1:{unused_tcp_port}")
     assert result.exit_code == int(ExitCode.SERVER)
     assert result.stderr.startswith("error: no OpenAI-compatible server answers at")
-    assert result.stdout == ""
+    # --json: the failure is this run's one document on stdout (#32 defect 4).
+    document = json.loads(result.stdout)
+    assert document["kind"] == "qpnserve.error"
+    assert (document["command"], document["exit_code"]) == ("bench smoke", 5)
+    assert document["error"].startswith("no OpenAI-compatible server answers at")
 
 
 def test_unknown_served_model_name_is_refused_before_measuring() -> None:
@@ -182,3 +186,16 @@ def test_smoke_table_says_why_a_cell_has_no_pure_figure() -> None:
     said = [ln for ln in result.stderr.splitlines() if ln.startswith("C2: no decode window")]
     assert len(said) == 1, result.stderr
     assert "finished at" in said[0]
+
+
+def test_a_canary_that_examined_no_stream_is_not_a_pass(tmp_path) -> None:
+    # Every stream breaks before its end, so the canary sees none (#30 item 5).
+    config = FakeServerConfig(failure="close", failure_after_tokens=1)
+    with run_fake_server(config) as url:
+        result = invoke_smoke(url, "--concurrency", "1", "--warmup", "0")
+    assert result.exit_code == int(ExitCode.SERVER), result.output
+    canary = json.loads(result.stdout)["canary"]
+    assert (canary["passed"], canary["checked_streams"]) == (False, 0)
+    assert canary["note"].startswith("no stream was examined")
+    assert "canary NOT RUN (0 streams examined): not counted as passed" in result.stderr
+    assert "canary passed" not in result.stderr

@@ -1,4 +1,4 @@
-"""The read-floor and derive kernels on a GPU (run with -m gpu; needs a CUDA build)."""
+"""The read-floor and derive kernels of the bench extension on a GPU (run with -m gpu)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ def ops():
         pytest.skip("no CUDA GPU")
     from qpnserve.kernels.build import build
 
-    build(build_dir=load_settings().build_dir)
-    return torch.ops.qpnserve
+    build(
+        target="bench", build_dir=load_settings().build_dir
+    )  # the bench extension: the server's library has no floor
+    return torch.ops.qpnserve_bench
 
 
 @pytest.mark.parametrize("fmt", ["4byte", "3byte"])

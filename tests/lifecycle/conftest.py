@@ -1,6 +1,6 @@
 """Fixtures of the lifecycle tests: a synthetic checkpoint, a private state dir, a free port,
 the stand-in server (tests/support/fake_host.py, NOT vLLM) as the server module, and a teardown
-that kills whatever a test left running (and says so)."""
+that stops a server the test left recorded and FAILS the test if any process is left after that."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from qpnserve import config
 from qpnserve.cli import app
 from qpnserve.fixtures.checkpoint import write_checkpoint
 from qpnserve.lifecycle import stages
+from qpnserve.lifecycle.guards import PREFIX_VAR
 from qpnserve.lifecycle.procs import read_stat
 from tests.lifecycle.stages import test_stages
 
@@ -95,6 +96,9 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: Path) -> It
     monkeypatch.setenv(config.HOST.name, "127.0.0.1")
     monkeypatch.setenv(config.UP_TIMEOUT.name, "20")
     monkeypatch.setenv(config.STOP_TIMEOUT.name, "5")
+    # The guards count processes titled "<prefix>::..." as leftovers of vLLM: a prefix of this
+    # test's own keeps real vLLM servers of other jobs on the machine out of these tests.
+    monkeypatch.setenv(PREFIX_VAR, f"QPNTEST{os.getpid()}x{port}")
     # The stand-in runs with cwd = the state dir: it finds the tests package through PYTHONPATH.
     pythonpath = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), pythonpath])))
@@ -103,11 +107,40 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: Path) -> It
     for name in (config.TP.name, config.BUILD_DIR.name, *FAKE_HOST_VARS):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(stages, "default_stages", test_stages)
-    yield Env(state=state, port=port, model=checkpoint)
-    leftovers = server_processes(state / "run")
-    for pgid in set(leftovers.values()):
-        with contextlib.suppress(ProcessLookupError):
+    made = Env(state=state, port=port, model=checkpoint)
+    yield made
+    fail_on_leftovers(made)
+
+
+def fail_on_leftovers(env: Env) -> None:
+    """Teardown: a server the test left recorded is stopped the way a user would (`qpnserve
+    down`); any stand-in process still running after that was leaked (by the test, or by a
+    `down` or a failed `up` that did not stop it): it is killed, and the test FAILS."""
+    if env.server_json.exists():
+        cli("down", "--timeout-s", "5")
+    leftovers = server_processes(env.run_dir)
+    if not leftovers:
+        return
+    described = [f"{pid} ({_cmdline(pid)})" for pid in sorted(leftovers)]
+    for pgid in set(leftovers.values()) - {os.getpgrp()}:  # never pytest's own group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
+    for pid in leftovers:  # one that left its group
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    pytest.fail(
+        f"{len(leftovers)} process(es) of the stand-in server outlived the test and "
+        f"`qpnserve down`: {', '.join(described)}",
+        pytrace=False,
+    )
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:80]
 
 
 def cli(*args: str) -> Result:

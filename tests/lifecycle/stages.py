@@ -1,6 +1,6 @@
 """The stages the lifecycle tests run `up` with.
 
-Preflight is the REAL one, deciding on the recorded facts of a healthy 4x V100 host
+Preflight is the REAL one, deciding on the hand-written facts of a healthy 4x V100 host
 (tests/data/facts_v100_ok.json, via $QPNSERVE_FACTS_FILE) and a synthetic checkpoint. The build
 stage compiles nothing (there is no CUDA here); its build key says so, so nothing downstream
 can mistake it for a real build.

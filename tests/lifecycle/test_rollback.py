@@ -71,7 +71,8 @@ def test_rollback_unpatch_leaves_the_plugin_out_of_the_next_start(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(config.VLLM_PLUGINS.name, f"site_plugin,{config.PLUGIN_NAME}")
-    cli("up", "--detach")
+    started = cli("up", "--detach")
+    assert started.exit_code == 0, started.stderr  # else nothing runs, and nothing restarts
     result = cli("rollback", "--restart", "--unpatch", "--json")
     assert result.exit_code == 0, result.stderr
     restarted = json.loads(result.stdout)["restarted"]

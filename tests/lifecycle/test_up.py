@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
-import types
 
 import pytest
 
@@ -203,26 +201,6 @@ def test_preflight_still_fails_on_a_variable_the_server_would_inherit(
         "error: preflight failed: toolchain.host_env: VLLM_SM70_AWQ_MOE_DISABLE=1" in result.stderr
     )
     assert not env.server_json.exists()
-
-
-def test_up_warns_when_the_gpus_already_hold_compute_processes(
-    env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Stand-in NVML (no driver here): GPU 0 is held by pid 4242, e.g. an orphaned worker."""
-    proc = types.SimpleNamespace(pid=4242, usedGpuMemory=3 * 2**30)
-    fake = types.SimpleNamespace(
-        nvmlInit=lambda: None,
-        nvmlShutdown=lambda: None,
-        nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda index: index,
-        nvmlDeviceGetComputeRunningProcesses=lambda handle: [proc] if handle == 0 else [],
-    )
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    result = cli("up", "--detach")
-    assert result.exit_code == 0, result.stderr
-    assert "warning: the GPUs already hold compute processes: GPU 0 pid 4242 (3072 MiB)" in (
-        result.stderr
-    )
 
 
 def test_dry_run_prints_command_and_environment_and_starts_nothing(env: Env) -> None:

@@ -3,6 +3,7 @@ one passes; layers kept unquantized are a warning, not a broken checkpoint."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from qpnserve.preflight import checkpoint as checkpoint_probe
 from qpnserve.preflight.checkpoint import probe_checkpoint
 from qpnserve.preflight.checks_checkpoint import checkpoint_checks
 from qpnserve.preflight.report import CheckResult
@@ -121,6 +123,30 @@ def test_check_fails_on_tp_that_does_not_give_160_per_rank(make_ckpt: Callable[.
     assert "= 320 per rank" in config.reason
 
 
+@pytest.mark.parametrize("tp", [1, 2, 3, 8])
+def test_check_at_another_tp_blames_the_tp_not_the_checkpoint(
+    make_ckpt: Callable[..., Path], tp: int
+) -> None:
+    results = run(make_ckpt("ok"), tp=tp)
+    config = results["checkpoint.config"]
+    assert config.status == "FAIL"
+    assert config.fix.startswith("use --tp 4")
+    assert "export" not in config.fix and "requantize" not in config.fix
+    assert "the checkpoint's geometry fits, the TP does not" in config.reason
+    others = {n: r.status for n, r in results.items() if n != "checkpoint.config"}
+    assert set(others.values()) == {"PASS"}, others
+
+
+def test_check_of_a_wrong_checkpoint_at_another_tp_still_asks_for_the_export(
+    make_ckpt: Callable[..., Path],
+) -> None:
+    config = run(make_ckpt("experts-256"), tp=2)["checkpoint.config"]
+    assert config.status == "FAIL"
+    assert "num_experts 256 (needs 512)" in config.reason
+    assert config.fix.startswith("use the native AWQ group-32 export")
+    assert "--tp 4" in config.fix
+
+
 def test_check_fails_missing_model_path_and_skips_the_rest(tmp_path: Path) -> None:
     results = run(tmp_path / "nope")
     assert results["checkpoint.path"].status == "FAIL"
@@ -136,16 +162,24 @@ def test_check_fails_model_path_that_is_a_file(tmp_path: Path) -> None:
     assert "not a directory" in path.reason
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
-def test_check_fails_unreadable_model_directory(make_ckpt: Callable[..., Path]) -> None:
+def test_check_fails_unreadable_model_directory(
+    make_ckpt: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error a directory without read permission gives, raised where the probe lists it
+    (root reads any directory, so CI as root could not make one with chmod)."""
     path = make_ckpt("ok", layers=1)
-    path.chmod(0)
-    try:
-        result = run(path)["checkpoint.path"]
-    finally:
-        path.chmod(0o755)
-    assert result.status == "FAIL"
-    assert "cannot list it" in result.reason
+
+    def denied(target: object) -> list[str]:
+        if Path(str(target)) == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(target))
+        return real_listdir(target)  # type: ignore[arg-type]
+
+    real_listdir = os.listdir
+    monkeypatch.setattr(checkpoint_probe.os, "listdir", denied)
+    results = run(path)
+    assert results["checkpoint.path"].status == "FAIL"
+    assert results["checkpoint.path"].reason == f"{path} cannot list it: Permission denied"
+    assert {r.status for n, r in results.items() if n != "checkpoint.path"} == {"SKIP"}
 
 
 def test_check_fails_unreadable_config(make_ckpt: Callable[..., Path]) -> None:
@@ -179,25 +213,44 @@ def test_check_passes_full_size_sparse_checkpoint(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "config",
+    ("config", "coverage", "why"),
     [
-        {"text_config": [], "quantization_config": []},
-        {"num_hidden_layers": "48", "mlp_only_layers": 5, "decoder_sparse_step": "x"},
-        {"num_hidden_layers": 2, "quantization_config": {"modules_to_not_convert": "lm_head"}},
-        {"num_experts": None, "moe_intermediate_size": "640", "quantization_config": {"bits": []}},
-        [],
+        # text_config that is not an object: the top level is read, and it names no layers
+        ({"text_config": [], "quantization_config": []}, "SKIP", "no MoE layers in config.json"),
+        (
+            {"num_hidden_layers": "48", "mlp_only_layers": 5, "decoder_sparse_step": "x"},
+            "SKIP",
+            "no MoE layers in config.json",
+        ),
+        # two layers and no AWQ method: a bare-string modules_to_not_convert excuses nothing
+        (
+            {"num_hidden_layers": 2, "quantization_config": {"modules_to_not_convert": "lm_head"}},
+            "FAIL",
+            "covers none of the 2 MoE layers",
+        ),
+        (
+            {
+                "num_experts": None,
+                "moe_intermediate_size": "640",
+                "quantization_config": {"bits": []},
+            },
+            "SKIP",
+            "no MoE layers in config.json",
+        ),
+        ([], "SKIP", "needs a readable config.json"),
     ],
 )
 def test_check_survives_malformed_config_values(
-    make_ckpt: Callable[..., Path], config: object
+    make_ckpt: Callable[..., Path], config: object, coverage: str, why: str
 ) -> None:
-    import json
-
+    """A malformed config never crashes a check, and coverage, which then examined no layer
+    (or found no AWQ experts), never passes."""
     path = make_ckpt("ok", layers=1)
     (path / "config.json").write_text(json.dumps(config))
     results = run(path)
     assert results["checkpoint.config"].status == "FAIL"
-    assert results["checkpoint.coverage"].status in ("PASS", "SKIP", "FAIL")
+    assert results["checkpoint.coverage"].status == coverage
+    assert why in results["checkpoint.coverage"].reason
 
 
 def test_check_fails_when_every_moe_layer_is_kept_unquantized(
@@ -250,3 +303,12 @@ def test_route_off_still_fails_a_checkpoint_the_host_cannot_read(
     path = make_ckpt("missing-shard")
     off = {r.name: r for r in checkpoint_checks(probe_checkpoint(path), 4, awq_m1=False)}
     assert off["checkpoint.shards"].status == "FAIL"
+
+
+def test_check_config_quotes_a_number_written_as_a_string(make_ckpt: Callable[..., Path]) -> None:
+    path = make_ckpt("ok", layers=1)
+    config = json.loads((path / "config.json").read_text())
+    config["text_config"]["moe_intermediate_size"] = "640"
+    (path / "config.json").write_text(json.dumps(config))
+    reason = run(path)["checkpoint.config"].reason
+    assert reason == "moe_intermediate_size '640' (needs 640: 160 per rank at TP4)"

@@ -82,12 +82,23 @@ def test_check_fails_with_fewer_visible_gpus_than_tp() -> None:
     assert check_gpu_count(facts, 2).status == "PASS"
 
 
-def test_check_gpu_count_fix_asks_for_as_many_gpus_as_tp() -> None:
+def test_check_gpu_count_fix_at_tp4_asks_for_4_visible_v100s() -> None:
     facts = v100()
     assert facts.gpu is not None
     facts.gpu.cuda_visible_devices = "0"
-    assert "a host with 2 V100s" in (check_gpu_count(facts, 2).fix or "")
-    assert "a host with 8 V100s" in (check_gpu_count(facts, 8).fix or "")
+    fix = check_gpu_count(facts, 4).fix
+    assert "a host with 4 V100s" in fix and "CUDA_VISIBLE_DEVICES" in fix
+
+
+@pytest.mark.parametrize(("tp", "visible"), [(8, None), (2, "0"), (3, "0,1")])
+def test_check_gpu_count_fix_for_another_tp_says_use_tp_4(tp: int, visible: str | None) -> None:
+    facts = v100()
+    assert facts.gpu is not None
+    facts.gpu.cuda_visible_devices = visible
+    result = check_gpu_count(facts, tp)
+    assert result.status == "FAIL"
+    assert result.fix.startswith("use --tp 4")
+    assert f"{tp} V100s" not in result.fix
 
 
 def test_visible_devices_follow_cuda_visible_devices_and_stop_at_bad_entry() -> None:

@@ -29,6 +29,8 @@ Behaviour is set through the environment (all optional):
     FAKE_HOST_STRAY=1            worker rank 0 leaves the process group (setsid)
     FAKE_HOST_LAYERS=48          MoE layers per rank (default: from the model's config.json)
     FAKE_HOST_WORKERS=4          worker processes (default: the TP size)
+    VLLM_API_KEY=K               /v1 routes answer 401 without `Authorization: Bearer K`, as
+                                 vLLM's do (/health stays open)
 
 Run by hand: PYTHONPATH=. python -m tests.support.fake_host --model DIR --port 8123
 """
@@ -44,6 +46,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS, load_settings
 from qpnserve.dispatch.recorder import RouteRecorder, rank_report_dir
@@ -114,7 +117,7 @@ def write_rank_report(rank: int, tp: int, layers: int) -> None:
     recorder.flush()
 
 
-def fork_worker(rank: int, tp: int, layers: int, ignore_sigterm: bool) -> int:
+def fork_worker(rank: int, tp: int, layers: int, ignore_sigterm: bool, loaded_fd: int) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -128,6 +131,7 @@ def fork_worker(rank: int, tp: int, layers: int, ignore_sigterm: bool) -> int:
         if os.environ.get(ROUTE_FLAG.name) == "1" and plugin_allowed():
             write_rank_report(rank, tp, layers)
         log(f"worker rank {rank} loaded {layers} MoE layers")
+        os.write(loaded_fd, b"1")  # vLLM serves only after every worker loaded and captured
         while True:
             time.sleep(3600)
     finally:
@@ -151,13 +155,18 @@ def main(argv: list[str] | None = None) -> None:
     layers = num_layers(args.model)
     workers_env = os.environ.get("FAKE_HOST_WORKERS")
     num_workers = int(workers_env) if workers_env else tp
-    workers = [fork_worker(rank, tp, layers, ignore_sigterm) for rank in range(num_workers)]
+    loaded_r, loaded_w = os.pipe()
+    workers = [
+        fork_worker(rank, tp, layers, ignore_sigterm, loaded_w) for rank in range(num_workers)
+    ]
+    os.close(loaded_w)
     name = args.served_model_name or args.model.name
     app = make_app(FakeServerConfig(model_name=name, server_version=NAME))
     app.ready = False
     sock = bind_socket(args.host, args.port)  # bound before loading, as vLLM does
-    threading.Thread(target=load, args=(app,), daemon=True).start()
-    serve(app, sock, ignore_sigterm)
+    threading.Thread(target=load, args=(app, loaded_r, num_workers), daemon=True).start()
+    key = os.environ.get("VLLM_API_KEY")
+    serve(guarded(app, key) if key else app, sock, ignore_sigterm)
     log("shutting down the workers")
     for pid in workers:
         try:
@@ -168,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     log("stopped")
 
 
-def load(app: object) -> None:
+def load(app: object, loaded_fd: int, num_workers: int) -> None:
     crash_after_s = env_float("FAKE_HOST_CRASH_AFTER_S", None)
     if crash_after_s is not None:
         time.sleep(crash_after_s)
@@ -179,8 +188,34 @@ def load(app: object) -> None:
         log("loading forever (FAKE_HOST_NEVER_READY)")
         return
     time.sleep(env_float("FAKE_HOST_LOAD_S", 0.2) or 0.0)
+    # Every worker's route report (admissions and graph captures) is written before the server
+    # answers, as in vLLM, where capture ends before /health does: no test races a late write.
+    loaded = 0
+    while loaded < num_workers:
+        chunk = os.read(loaded_fd, num_workers - loaded)
+        if not chunk:  # every worker is gone (a crash test): never ready
+            log("a worker exited while loading (stand-in)")
+            return
+        loaded += len(chunk)
     app.ready = True  # type: ignore[attr-defined]
     log("ready: Application startup complete (stand-in)")
+
+
+def guarded(app: Any, key: str) -> Any:
+    """vLLM's key check: /v1 needs the bearer token, everything else is open."""
+    expected = f"Bearer {key}".encode()
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        guarded = scope["type"] == "http" and scope["path"].startswith("/v1")
+        if guarded and dict(scope["headers"]).get(b"authorization") != expected:
+            body = b'{"error": "Unauthorized"}'
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 401, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await app(scope, receive, send)
+
+    return asgi
 
 
 def serve(app: object, sock: object, ignore_sigterm: bool) -> None:

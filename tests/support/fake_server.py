@@ -8,7 +8,15 @@ Plain ASGI (no framework), served by uvicorn. It streams deterministic tokens wi
 timing and can misbehave on purpose, so the benchmark client and the lifecycle stages can be
 tested against a real HTTP server process without a GPU.
 
-Endpoints: GET /health, GET /v1/models, GET /version, POST /v1/completions (stream or not).
+Endpoints: GET /health, GET /v1/models, GET /version, POST /v1/completions (stream or not),
+and GET /metrics when ``metrics`` is on (else 404, like a server that is not vLLM).
+
+/metrics holds vLLM's step histogram ``vllm:iteration_tokens_total`` (its le="1" bucket and
+count) and, when ``draft_tokens_per_request`` >= 0, the speculation counters. The counts are
+scripted, not simulated: every completion request adds ``steps_per_request`` steps, of which
+``single_token_steps_per_request`` single-token ones (and its draft/accepted tokens), just
+before its last event, as vLLM records a step before it releases the step's tokens. So a
+test knows exactly what any stretch of requests must read.
 
 Timing of one completion request (times from the moment its body has arrived):
     token j (0-based) is sent at
@@ -76,6 +84,11 @@ class FakeServerConfig:
     failure: str = "none"
     failure_from_request: int = 0
     failure_after_tokens: int = 0
+    metrics: bool = False
+    steps_per_request: int = 0
+    single_token_steps_per_request: int = 0
+    draft_tokens_per_request: int = -1  # -1: no speculation counters at all
+    accepted_tokens_per_request: int = 0
 
     def __post_init__(self) -> None:
         if self.failure not in FAILURE_MODES:
@@ -103,6 +116,7 @@ class FakeOpenAIServer:
         self.requests_started = 0
         self.in_flight = 0
         self.created_s = int(time.time())
+        self.counted_requests = 0  # requests whose scripted step counts /metrics includes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -113,6 +127,8 @@ class FakeOpenAIServer:
         method, path = scope["method"], scope["path"]
         if path == "/health" and method == "GET":
             await _send_bytes(send, 200 if self.ready else 503, b"", "text/plain")
+        elif path == "/metrics" and method == "GET" and self.config.metrics:
+            await _send_bytes(send, 200, self._metrics().encode(), "text/plain; version=0.0.4")
         elif path == "/version" and method == "GET":
             await _send_json(send, 200, {"version": self.config.server_version})
         elif not self.ready and path.startswith("/v1/"):
@@ -123,6 +139,32 @@ class FakeOpenAIServer:
             await self._completions(receive, send)
         else:
             await _send_error(send, 404, f"no route {method} {path}")
+
+    def _metrics(self) -> str:
+        c, n = self.config, self.counted_requests
+        steps, single = n * c.steps_per_request, n * c.single_token_steps_per_request
+        name = "vllm:iteration_tokens_total"
+        labels = f'engine="0",model_name="{c.model_name}"'
+        lines = [
+            f"# HELP {name} Histogram of number of tokens per engine_step.",
+            f"# TYPE {name} histogram",
+            f"{name}_sum{{{labels}}} {float(steps * 2)}",
+            f'{name}_bucket{{{labels},le="1.0"}} {float(single)}',
+            f'{name}_bucket{{{labels},le="8.0"}} {float(steps)}',
+            f'{name}_bucket{{{labels},le="+Inf"}} {float(steps)}',
+            f"{name}_count{{{labels}}} {float(steps)}",
+        ]
+        if c.draft_tokens_per_request >= 0:
+            for what, per_request in (
+                ("draft", c.draft_tokens_per_request),
+                ("accepted", c.accepted_tokens_per_request),
+            ):
+                counter = f"vllm:spec_decode_num_{what}_tokens"
+                lines += [
+                    f"# TYPE {counter} counter",
+                    f"{counter}_total{{{labels}}} {float(n * per_request)}",
+                ]
+        return "\n".join(lines) + "\n"
 
     def _models(self) -> dict[str, Any]:
         model = {
@@ -169,11 +211,15 @@ class FakeOpenAIServer:
                 options = body.get("stream_options") or {}
                 usage_mode = "every" if options.get("continuous_usage_stats") else "last"
                 usage_mode = usage_mode if options.get("include_usage") else "none"
-                await _stream(send, request, plan, usage_mode)
+                await _stream(send, request, plan, usage_mode, self._count_steps)
             else:
+                self._count_steps()
                 await _complete(send, request, plan)
         finally:
             self.in_flight -= 1
+
+    def _count_steps(self) -> None:
+        self.counted_requests += 1
 
 
 @dataclass(frozen=True)
@@ -218,7 +264,13 @@ def _count_prompt_tokens(prompt: Any) -> int:
     return 0
 
 
-async def _stream(send: Send, request: _Request, plan: _Plan, usage_mode: str) -> None:
+async def _stream(
+    send: Send,
+    request: _Request,
+    plan: _Plan,
+    usage_mode: str,
+    before_last_event: Callable[[], None] = lambda: None,
+) -> None:
     """usage_mode: "none", "last" (include_usage) or "every" (vLLM's continuous_usage_stats:
     cumulative usage in every chunk, which tells a client exactly how many tokens each carries)."""
     await send(
@@ -245,6 +297,7 @@ async def _stream(send: Send, request: _Request, plan: _Plan, usage_mode: str) -
     if not plan.texts:
         usage = _usage(request, 0) if usage_mode == "every" else None
         await _send_event(send, _chunk(request, [_choice("", plan.finish_reason)], usage))
+    before_last_event()
     if usage_mode != "none":
         await _send_event(send, _chunk(request, [], _usage(request, len(plan.texts))))
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})

@@ -9,17 +9,24 @@ One graph node (kernel) on a V100, as a one-wave kernel whose warps all start to
                                             rounds = DRAM bytes per thread / DRAM bytes a thread
                                             keeps in flight (closed loop: a warp issues its next
                                             loads only when the ones it waits on are back)
+         + bubble                           per phase change (the DRAM loads move to other
+                                            tensors only after every earlier DRAM load was
+                                            waited on): the work in between as one chain, its
+                                            L2 round trips, and one DRAM latency to refill
          + issue excess                     instruction issue beyond what the stream hides
-         + epilogue                         the instructions from the first one that reads the
-                                            last DRAM load's data, one dependent chain on one
-                                            warp (reduce, SwiGLU, stores); those between that
-                                            load and that read run while the bytes still in
-                                            flight arrive, and count only where their chain is
-                                            longer than those bytes take at the SM's share of
-                                            the ceiling
+         + epilogue                         from the first instruction that WAITS on the last
+                                            DRAM load's scoreboard barrier (its wait mask; the
+                                            warp stops there until every load on that barrier
+                                            has landed) to EXIT, one dependent chain on one warp;
+                                            the work between that load and that wait (and a
+                                            grid hand-off placed there) runs while those loads'
+                                            real bytes arrive at the SM's share of the ceiling,
+                                            and counts only where it is longer
 
 A single-launch design pays one launch gap and one prologue, and a grid-wide hand-off (one
 store and one poll through L2, plus the spread between the first and the last CTA).
+The assumed constants (DRAM latency, hand-off spread, cycles per chained instruction) are
+arguments, so the CLI can give the projection as a range over their plausible bounds.
 """
 
 from __future__ import annotations
@@ -62,6 +69,9 @@ class Kernel:
     dram_params: tuple[int, ...]  # kernel parameters (pointer slots) whose loads go to DRAM
     prefetch_bytes: int = 0  # DRAM bytes it moves into L2 without holding registers
     handoffs: int = 0  # grid-wide hand-offs inside the kernel (a single-launch design: 1)
+    # (parameter, DRAM bytes per call) of each DRAM stream: what the CTA really reads, which the
+    # loads' widths overstate where lanes load the same address (the m8n8k4 fragment layout).
+    param_bytes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,9 +84,13 @@ class SassStats:
     dram_bytes_in_flight: int  # per thread, loads from the DRAM parameters only
     dram_bytes_listed: int  # per thread, summed over the DRAM loads of the listing (loops once)
     prologue_l2_trips: int  # dependent L2 loads before the first DRAM load
-    epilogue_instructions: int  # from the first read of the last DRAM load's data to EXIT
-    epilogue_overlap_instructions: int = 0  # between the last DRAM load and that read
-    tail_bytes_in_flight: int = 0  # per thread, DRAM bytes still in flight at the last load
+    epilogue_instructions: int  # from the first wait on the last DRAM load's barrier to EXIT
+    epilogue_overlap_instructions: int = 0  # between the last DRAM load and that wait
+    tail_bytes_per_cta: float = 0.0  # real DRAM bytes of the loads that wait releases, per CTA
+    handoff_in_overlap: bool = False  # the grid hand-off's atomic lies before that wait
+    bubble_instructions: int = 0  # from each drain to the next phase's first DRAM load
+    bubble_l2_trips: int = 0  # dependent non-DRAM round trips inside the bubbles
+    bubbles: int = 0  # phase changes with the SM's DRAM stream drained
 
 
 @dataclass
@@ -90,6 +104,7 @@ class NodeTerms:
     issue_excess_us: float
     epilogue_us: float
     limiter: str
+    bubble_us: float = 0.0
     total_us: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -118,7 +133,14 @@ def project_node(
     latency_us: float = DRAM_LATENCY_US,
     launch_gap_us: float = LAUNCH_GAP_US,
     clock_mhz: float = CLOCK_MHZ,
+    *,
+    spread_us: float = HANDOFF_SPREAD_US,
+    chain_clk: float = DEPENDENT_ISSUE_CLK,
+    window_cycles: float | None = None,
 ) -> NodeTerms:
+    """window_cycles: the SM cycles the work between the last DRAM load and the first wait on
+    its barrier was MEASURED to take (a trace's strip), instead of its chain estimate from the
+    SASS; a grid hand-off there keeps its own term."""
     limit, _ = occupancy(s.registers, k.threads, s.smem_bytes)
     if limit == 0:
         raise ValueError(f"{k.label}: a CTA does not fit on a V100 SM")
@@ -143,22 +165,37 @@ def project_node(
     issue = us(executed * warps * per_sm * waves / ISSUE_PER_SM_CLK, clock_mhz)
     issue_excess = max(0.0, issue - stream)
     prologue = us(s.prologue_l2_trips * L2_LATENCY_CLK, clock_mhz)
-    epilogue = us(s.epilogue_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
-    # The work between the last load and its first use hides behind the bytes still arriving:
-    # the SM's CTAs' tail bytes at the SM's share of the read ceiling.
-    tail_us = s.tail_bytes_in_flight * k.threads * per_sm / (READ_GB_S * 1e3 / SMS)
-    overlap = us(s.epilogue_overlap_instructions * DEPENDENT_ISSUE_CLK, clock_mhz)
-    epilogue += max(0.0, overlap - tail_us)
-    epilogue += k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + HANDOFF_SPREAD_US)
+    epilogue = us(s.epilogue_instructions * chain_clk, clock_mhz)
+    # The work between the last DRAM load and the first wait on its barrier runs while the loads
+    # that wait releases arrive: their real bytes for the SM's CTAs at the SM's share.
+    tail_us = s.tail_bytes_per_cta * per_sm / (READ_GB_S * 1e3 / SMS)
+    handoff = k.handoffs * (us(HANDOFF_L2_TRIPS * L2_LATENCY_CLK, clock_mhz) + spread_us)
+    window = us(s.epilogue_overlap_instructions * chain_clk, clock_mhz)
+    if window_cycles is not None:
+        window = us(window_cycles, clock_mhz)
+    if s.handoff_in_overlap:
+        # Arrival and polling run in the window; the poll that sees the flip reads L2 once more
+        # after the wait (its first read was issued before the bytes landed).
+        window += handoff
+        epilogue += k.handoffs * us(L2_LATENCY_CLK, clock_mhz)
+    else:
+        epilogue += handoff
+    epilogue += max(0.0, window - tail_us)
+    bubble = us(
+        s.bubble_instructions * chain_clk + s.bubble_l2_trips * L2_LATENCY_CLK,
+        clock_mhz,
+    )
+    bubble += s.bubbles * latency_us
     limiter = "bandwidth" if bandwidth_bound else "latency rounds"
     if waves > 1:
         limiter += f", {waves} waves"
     if issue_excess > 0:
         limiter = "issue"
     terms = NodeTerms(
-        k.label, per_sm, rounds, launch_gap_us, prologue, stream, issue_excess, epilogue, limiter
-    )
-    terms.total_us = launch_gap_us + prologue + stream + issue_excess + epilogue
+        k.label, per_sm, rounds, launch_gap_us, prologue, stream, issue_excess, epilogue, limiter,
+        bubble,
+    )  # fmt: skip
+    terms.total_us = launch_gap_us + prologue + stream + bubble + issue_excess + epilogue
     return terms
 
 
@@ -169,47 +206,6 @@ def floor_node(
     at_ceiling = dram_bytes / (READ_GB_S * 1e3)
     terms = NodeTerms("read floor", 0, 1.0, launch_gap_us, 0.0, latency_us + at_ceiling, 0, 0, "bw")
     terms.total_us = launch_gap_us + terms.stream_us
-    return terms
-
-
-@dataclass(frozen=True)
-class SingleLaunchDesign:
-    """The issue's V100 direction: one launch, 80 co-resident CTAs, even bytes per SM."""
-
-    ctas: int = SMS
-    threads: int = 256
-    dram_bytes_in_flight: int = 128  # per thread: 8 x 16-byte loads issued before first use
-    prologue_l2_trips: int = 1  # ids, then every weight address is known
-    epilogue_instructions: int = 150  # W2 combine of one CTA's columns after the hand-off
-    handoff_l2_trips: int = HANDOFF_L2_TRIPS
-    handoff_spread_us: float = HANDOFF_SPREAD_US
-
-
-def project_single_launch(
-    d: SingleLaunchDesign,
-    dram_bytes: int,
-    latency_us: float = DRAM_LATENCY_US,
-    launch_gap_us: float = LAUNCH_GAP_US,
-) -> NodeTerms:
-    """W2 loads are issued right after the W13 loads, so the hand-off only delays W2's math."""
-    per_thread = dram_bytes / (d.ctas * d.threads)
-    rounds = per_thread / d.dram_bytes_in_flight
-    at_ceiling = dram_bytes / (READ_GB_S * 1e3)
-    stream = max(latency_us + at_ceiling, rounds * latency_us)
-    handoff = us(d.handoff_l2_trips * L2_LATENCY_CLK) + d.handoff_spread_us
-    terms = NodeTerms(
-        "single launch (design)",
-        1,
-        rounds,
-        launch_gap_us,
-        us(d.prologue_l2_trips * L2_LATENCY_CLK),
-        stream,
-        0.0,
-        us(d.epilogue_instructions * DEPENDENT_ISSUE_CLK) + handoff,
-        "bandwidth" if latency_us + at_ceiling >= rounds * latency_us else "latency rounds",
-    )
-    terms.notes.append(f"hand-off {handoff:.2f} us is in the epilogue term")
-    terms.total_us = launch_gap_us + terms.prologue_us + stream + terms.epilogue_us
     return terms
 
 

@@ -1,18 +1,16 @@
-"""scripts/sm70proj: SASS reading, the V100 model's arithmetic, and the host's real kernels."""
+"""tools/sm70proj: SASS reading, the V100 model's arithmetic, and the host's real kernels."""
 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from tools.sm70proj import builds, model, sass, tables
 
-from sm70proj import builds, model, sass, tables  # noqa: E402  (after the path setup above)
+ROOT = Path(__file__).resolve().parents[2]
 
 # A made-up listing in cuobjdump's layout: ids (parameter 3) first, then a weight word
 # (parameter 1) whose address derives from the id, a metadata word (parameter 2), an epilogue.
@@ -71,10 +69,7 @@ def test_sass_counts_dram_loads_only_when_asked(instrs) -> None:
     assert sass.loads_in_flight(instrs, None) == (2, 20)  # the id was used before
     assert sass.listed_bytes(instrs, {1, 2}) == 20
     assert sass.prologue_trips(instrs, {1, 2}) == 1  # the id, before the first DRAM load
-    assert sass.epilogue_length(instrs, {1, 2}) == 4  # LOP3, HADD2, STG, EXIT
-    # LOP3 reads the weight word, not the last load's metadata: it runs while 20 B are still in
-    # flight; HADD2 is the first read of the metadata.
-    assert sass.epilogue_split(instrs, {1, 2}) == (1, 3, 20)
+    assert sass.param_of_each(instrs)[:9] == [None, None, 3, None, None, None, 1, None, 2]
 
 
 def test_res_usage_parses_registers_shared_and_local() -> None:
@@ -113,18 +108,39 @@ def test_model_is_latency_bound_with_few_bytes_in_flight() -> None:
     assert slow.stream_us == pytest.approx(25 * 0.6)
 
 
-def test_work_before_the_last_loads_first_use_hides_behind_its_bytes_unless_longer() -> None:
+def test_work_before_the_first_wait_hides_behind_the_real_bytes_unless_longer() -> None:
     k = model.Kernel("one", "one", 80, 320, 7_680_000, (3, 4, 5, 6))
     base = model.SassStats(128, 0, 2300, 300, 300, 1, 180)
-    # 160 B x 320 threads in flight at the last load: 4.8 us at 850/80 GB/s per SM.
+    # 32,000 B of W2 per CTA still arriving: 3.01 us at 850/80 GB/s per SM.
     hidden = model.project_node(k, replace(base, epilogue_overlap_instructions=700,
-                                           tail_bytes_in_flight=160), 0.6, 3.0)  # fmt: skip
+                                           tail_bytes_per_cta=32_000), 0.6, 3.0)  # fmt: skip
     assert hidden.epilogue_us == pytest.approx(model.project_node(k, base, 0.6, 3.0).epilogue_us)
     # 4,000 dependent instructions (11.6 us) outlast those bytes: the excess is exposed.
     longer = model.project_node(k, replace(base, epilogue_overlap_instructions=4000,
-                                           tail_bytes_in_flight=160), 0.6, 3.0)  # fmt: skip
-    excess = 4000 * 4 / 1380 - 160 * 320 / (850e3 / 80)
+                                           tail_bytes_per_cta=32_000), 0.6, 3.0)  # fmt: skip
+    excess = 4000 * 4 / 1380 - 32_000 / (850e3 / 80)
     assert longer.epilogue_us - hidden.epilogue_us == pytest.approx(excess)
+
+
+def test_a_hand_off_before_the_first_wait_hides_in_the_window() -> None:
+    k = model.Kernel("one", "one", 80, 320, 7_680_000, (3, 4, 5, 6), handoffs=1)
+    base = model.SassStats(128, 0, 2300, 300, 300, 1, 180, tail_bytes_per_cta=32_000)
+    after = model.project_node(k, base, 0.6, 3.0)
+    inside = model.project_node(k, replace(base, handoff_in_overlap=True), 0.6, 3.0)
+    handoff = 2 * 193 / 1380 + 0.5
+    # Inside the window, only the poll that sees the flip (one L2 read) stays exposed.
+    assert after.epilogue_us - inside.epilogue_us == pytest.approx(handoff - 193 / 1380)
+
+
+def test_a_bubble_pays_its_chain_its_l2_trips_and_one_refill_latency() -> None:
+    k = model.Kernel("one", "one", 80, 320, 7_680_000, (3, 4, 5, 6))
+    base = model.SassStats(128, 0, 2300, 300, 300, 1, 180)
+    plain = model.project_node(k, base, 0.6, 3.0)
+    bubbled = model.project_node(
+        k, replace(base, bubble_instructions=345, bubble_l2_trips=1, bubbles=1), 0.6, 3.0
+    )
+    assert bubbled.bubble_us == pytest.approx((345 * 4 + 193) / 1380 + 0.6)
+    assert bubbled.total_us - plain.total_us == pytest.approx(bubbled.bubble_us)
 
 
 def test_a_single_launch_kernel_pays_its_hand_off() -> None:
@@ -135,9 +151,6 @@ def test_a_single_launch_kernel_pays_its_hand_off() -> None:
     assert plain.ctas_per_sm == 1 and plain.limiter == "bandwidth"
     handoff = 2 * 193 / 1380 + 0.5
     assert fused.total_us - plain.total_us == pytest.approx(handoff)
-    # The same SASS facts as the analytic design give the analytic design's time.
-    design = model.project_single_launch(model.SingleLaunchDesign(), 7_680_000, 0.6, 3.0)
-    assert fused.total_us == pytest.approx(design.total_us)
 
 
 def test_floor_is_the_bytes_at_the_ceiling_plus_one_latency_and_one_gap() -> None:
@@ -147,13 +160,6 @@ def test_floor_is_the_bytes_at_the_ceiling_plus_one_latency_and_one_gap() -> Non
 
 def test_launch_gap_fit_shares_one_cost_per_node() -> None:
     assert model.fit_launch_gap([10.0, 12.0], [18.0, 22.0], nodes=2) == pytest.approx(4.5)
-
-
-def test_single_launch_design_pays_one_gap_and_a_hand_off() -> None:
-    d = model.project_single_launch(model.SingleLaunchDesign(), 7_680_000, 0.6, 3.0)
-    floor = model.floor_node(7_680_000, 0.6, 3.0)
-    assert d.launch_gap_us == 3.0 and d.total_us > floor.total_us
-    assert d.total_us - floor.total_us == pytest.approx(d.prologue_us + d.epilogue_us)
 
 
 def test_floor_device_code_compiles_for_sm70_without_spills(tmp_path) -> None:
@@ -178,10 +184,40 @@ def test_host_wheel_kernels_are_the_calibration_kernels(tmp_path) -> None:
     """Fetches the ReVolta 0.1.4 and triton 3.3.1 wheels (cached per user) and reads the SASS."""
     if os.environ.get("QPNSERVE_NO_NETWORK") == "1":
         pytest.skip("QPNSERVE_NO_NETWORK=1: the wheels cannot be fetched")
-    kernels = tables.host_kernels("4byte")
+    kernels = tables.host_kernels(tables.HOST_BUILDS["4byte"])
     found = builds.host_binaries([k.symbol for k in kernels], tmp_path)
     w13 = found[kernels[0].symbol]
     kinds = sass.count_kinds(w13.instrs)
     assert (len(w13.instrs), kinds["hmma"], w13.registers) == (600, 80, 56)
-    stats = builds.stats(w13, kernels[0].dram_params)
+    stats = builds.stats(w13, kernels[0])
     assert stats.dram_bytes_in_flight == 12  # two weight words and one metadata record
+    assert stats.bubbles == 0  # one kernel streams one tensor pair: no phase change inside
+    assert len(w13.controls) == len(w13.instrs)
+
+
+def test_measured_window_cycles_replace_the_chain_estimate() -> None:
+    k = model.Kernel("one", "one", 80, 320, 7_296_000, (3, 4, 5, 6), handoffs=1)
+    base = model.SassStats(140, 0, 2300, 300, 300, 1, 180, tail_bytes_per_cta=30_400,
+                           handoff_in_overlap=True, epilogue_overlap_instructions=400)  # fmt: skip
+    estimated = model.project_node(k, base, 0.6, 3.0)  # 400 x 4 cycles + hand-off: hidden
+    measured = model.project_node(k, base, 0.6, 3.0, window_cycles=3500)
+    # 3,500 cycles at 1380 MHz + the hand-off (2 L2 trips + 0.5 us) against 30,400 B at 850/80.
+    exposed = 3500 / 1380 + 2 * 193 / 1380 + 0.5 - 30_400 / (850e3 / 80)
+    assert measured.epilogue_us - estimated.epilogue_us == pytest.approx(exposed)
+
+
+def test_a_trace_gives_the_strip_cycles_of_its_format() -> None:
+    from tools.sm70proj import cli
+
+    doc = {
+        "kind": "qpnserve.op_trace",
+        "format": "3byte",
+        "findings": {"strip_after_w2_issue_cycles": 1952.0, "arrive_cost_cycles": 921.75},
+    }
+    # The arrival's cycles wait on L2 (fence + atomic): they do not transfer by clock.
+    assert cli.trace_window_cycles(doc) == ("3byte", 1952.0)
+    with pytest.raises(ValueError, match="not a bench op --trace file"):
+        cli.trace_window_cycles({"kind": "qpnserve.op_bench"})
+    no_strip = {**doc, "findings": {"strip_after_w2_issue_cycles": None}}
+    with pytest.raises(ValueError, match="no strip cycles"):
+        cli.trace_window_cycles(no_strip)

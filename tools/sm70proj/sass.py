@@ -190,45 +190,10 @@ def prologue_trips(instrs: list[str], params: set[int]) -> int:
     return trips
 
 
-def epilogue_length(instrs: list[str], params: set[int]) -> int:
-    """Instructions from the last DRAM load to the first unpredicated EXIT after it."""
-    overlap, after, _ = epilogue_split(instrs, params)
-    return overlap + after
-
-
-def epilogue_split(instrs: list[str], params: set[int]) -> tuple[int, int, int]:
-    """The tail after the last DRAM load: (instructions before the first one that reads what
-    that load brings, which run while its bytes are in flight; the instructions from that read
-    to the first unpredicated EXIT; bytes per thread still in flight at the last load)."""
-    from_param = load_params(instrs)
-    last = -1
-    n_load = 0
-    pending: list[tuple[set[str], int]] = []
-    tail_bytes = 0
-    for i, ins in enumerate(instrs):
-        op = opcode(ins)
-        if op.startswith("LDG"):
-            if from_param[n_load] in params:
-                last = i
-                pending.append((_regs_written(ins), load_width_bytes(op)))
-                tail_bytes = sum(b for _, b in pending)
-            n_load += 1
-            continue
-        _retire(pending, _regs_read(ins))
-    if last < 0:
-        return 0, 0, 0
-    exit_at = len(instrs) - 1
-    for j in range(last + 1, len(instrs)):
-        if instrs[j].split()[0] == "EXIT":
-            exit_at = j
-            break
-    loaded = _regs_written(instrs[last])
-    first_use = exit_at
-    for j in range(last + 1, exit_at):
-        if loaded & _regs_read(instrs[j]):
-            first_use = j
-            break
-    return first_use - last - 1, exit_at - first_use + 1, tail_bytes
+def param_of_each(instrs: list[str]) -> list[int | None]:
+    """load_params by instruction index: the parameter of each global load, None elsewhere."""
+    params = iter(load_params(instrs))
+    return [next(params) if opcode(i).startswith("LDG") else None for i in instrs]
 
 
 def listed_bytes(instrs: list[str], params: set[int]) -> int:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from qpnserve.kernels import sm70_gate
 
-from . import sass, wheels
-from .model import SassStats
+from . import sass, scoreboard, wheels
+from .model import Kernel, SassStats
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST_SO = "vllm/_C.abi3.so"
@@ -33,6 +33,7 @@ class Binary:
     smem_bytes: int
     spill_bytes: int
     threads: int  # 0 when the binary does not say (the launcher does)
+    controls: list[scoreboard.Control]  # index for index with instrs
 
 
 def cuobjdump() -> Path:
@@ -81,13 +82,14 @@ def host_binaries(fragments: list[str], workdir: Path) -> dict[str, Binary]:
     for cubin in sorted(cubins.glob("*.cubin")):
         if b"awq_qpn_m1_sm70" not in cubin.read_bytes():
             continue
-        listing = sass.parse_listing(_run([str(tool), "-sass", str(cubin)]))
+        text = _run([str(tool), "-sass", str(cubin)])
+        listing, controls = sass.parse_listing(text), scoreboard.parse_controls(text)
         usage = parse_res_usage(_run([str(tool), "-res-usage", str(cubin)]))
         for frag in fragments:
             for mangled, instrs in listing.items():
                 if frag in mangled and mangled in usage:
                     regs, smem, local = usage[mangled]
-                    found[frag] = Binary(mangled, instrs, regs, smem, local, 0)
+                    found[frag] = Binary(mangled, instrs, regs, smem, local, 0, controls[mangled])
     missing = [f for f in fragments if f not in found]
     if missing:
         raise SystemExit(f"the ReVolta wheel's {HOST_SO} has no kernel matching {missing}")
@@ -132,34 +134,68 @@ def our_binaries(
     if missing:
         raise SystemExit(
             f"the sm_70 build has no {', '.join(missing)}: point OUR_KERNELS in "
-            "scripts/sm70proj/tables.py at the kernels the launcher uses on sm_70"
+            "tools/sm70proj/tables.py at the kernels the launcher uses on sm_70"
         )
     cubin, log = ptxas(ptx, workdir, stem)
     reports = {lowered[e]: sm70_gate.KernelReport(e, lowered[e], True) for e in name_exprs}
     sm70_gate.parse_ptxas(log, reports)
-    listing = sass.parse_listing(_run([str(cuobjdump()), "-sass", str(cubin)]))
+    text = _run([str(cuobjdump()), "-sass", str(cubin)])
+    listing, controls = sass.parse_listing(text), scoreboard.parse_controls(text)
     out = {}
     for e in name_exprs:
         r = reports[lowered[e]]
         spill = r.spill_store_bytes + r.spill_load_bytes
         out[e] = Binary(
             lowered[e], listing[lowered[e]], r.registers, r.smem_bytes, spill,
-            maxntid(ptx, lowered[e]),
+            maxntid(ptx, lowered[e]), controls[lowered[e]],
         )  # fmt: skip
     return out
 
 
-def stats(b: Binary, dram_params: tuple[int, ...]) -> SassStats:
-    _, in_flight = sass.loads_in_flight(b.instrs, set(dram_params))
-    overlap, after, tail = sass.epilogue_split(b.instrs, set(dram_params))
+def real_bytes_per_cta(b: Binary, k: Kernel, loads: tuple[int, ...]) -> float:
+    """The DRAM bytes a CTA really reads through ``loads`` (instruction indices): each DRAM
+    tensor's bytes per CTA, shared out by the loads' widths over every listed load of it (loops
+    scaled by how often they run). Lanes of m8n8k4 fragments load the same metadata, so widths
+    x threads overstate the bytes (the V100 design's W2: 160 B x 320 threads, 32,000 B real)."""
+    params = sass.param_of_each(b.instrs)
+    dram = set(k.dram_params)
+    per_thread = k.dram_bytes / (k.ctas * k.threads)
+    repeats = max(1.0, per_thread / max(sass.listed_bytes(b.instrs, dram), 1))
+    total = 0.0
+    for p, nbytes in k.param_bytes:
+        mine = sum(sass.load_width_bytes(sass.opcode(b.instrs[i])) for i in loads if params[i] == p)
+        listed = sass.listed_bytes(b.instrs, {p}) * repeats
+        total += nbytes / k.ctas * mine / listed if listed else 0.0
+    return total
+
+
+def stats(b: Binary, k: Kernel) -> SassStats:
+    dram_params = set(k.dram_params)
+    _, in_flight = sass.loads_in_flight(b.instrs, dram_params)
+    params = sass.param_of_each(b.instrs)
+    dram = [p in dram_params for p in params]
+    end = scoreboard.tail(b.instrs, b.controls, dram)
+    overlap = after = 0
+    tail_bytes, handoff_in_overlap = 0.0, False
+    if end is not None:
+        overlap = end.wait_at - end.last_load - 1
+        after = end.exit_at - end.wait_at + 1
+        tail_bytes = real_bytes_per_cta(b, k, end.loads_waited)
+        window = b.instrs[end.last_load + 1 : end.wait_at]
+        handoff_in_overlap = any(sass.opcode(i).startswith("ATOM") for i in window)
+    found = scoreboard.bubbles(b.instrs, b.controls, dram, params)
     return SassStats(
         registers=b.registers,
         smem_bytes=b.smem_bytes,
         instructions=len(b.instrs),
         dram_bytes_in_flight=in_flight,
-        dram_bytes_listed=sass.listed_bytes(b.instrs, set(dram_params)),
-        prologue_l2_trips=sass.prologue_trips(b.instrs, set(dram_params)),
+        dram_bytes_listed=sass.listed_bytes(b.instrs, dram_params),
+        prologue_l2_trips=sass.prologue_trips(b.instrs, dram_params),
         epilogue_instructions=after,
         epilogue_overlap_instructions=overlap,
-        tail_bytes_in_flight=tail,
+        tail_bytes_per_cta=tail_bytes,
+        handoff_in_overlap=handoff_in_overlap,
+        bubble_instructions=sum(x.instructions for x in found),
+        bubble_l2_trips=sum(x.l2_trips for x in found),
+        bubbles=len(found),
     )

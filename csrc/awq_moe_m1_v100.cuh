@@ -1,5 +1,7 @@
-// The V100 design of the AWQ M1 operator: one cooperative launch per layer, 80 CTAs of 10 warps,
-// all co-resident (one per SM on a V100's 80 SMs), each reading the same number of bytes.
+// The V100 design of the AWQ M1 operator, its one CUDA form on every GPU: one cooperative launch
+// per layer, 80 CTAs of 10 warps, all co-resident (one per SM on a V100's 80 SMs), each reading
+// the same number of bytes. Newer GPUs run the same code (m8n8k4 is emulated there): correct,
+// but its time there is not a V100 speed.
 //
 // Why this shape (V100: ~850 GB/s read ceiling, 80 SMs, 6 MB L2, mma.m8n8k4 only, no PDL, no
 // clusters): 7.68 MB per layer is ~9 us at the ceiling, so a second kernel's launch and drain
@@ -9,8 +11,9 @@
 //      not get a CTA of their own (routes 8 and 9), all 2560 k; loads issued first.
 //   2. W13 unit (tile c % 10, route c / 10): unit A (w13_swiglu_unit, m8n8k4), h to
 //      intermediate.
-//   3. W2 of output tile c, all routes: issued right after the W13 unit, so its 2.56 MB streams
-//      while the strip finishes and h is exchanged.
+//   3. W2 of output tile c, all routes: issued right after the W13 unit and after the strip's
+//      registers are settled (Strip::settle), so its 2.56 MB streams while the strip finishes
+//      and h is exchanged, and nothing before the grid barrier waits on W2's bytes.
 //   4. The strip's h (SIMT FP32 FMAs on the HFMA2-dequantized weights, a fixed reduction order),
 //      then the grid barrier: every h of the layer is in intermediate (L2) after it.
 //   5. w2_tile_unit on tile c: y_route, then the route combine into out.
@@ -19,42 +22,116 @@
 // The strip is cut by columns, not by K, so no FP32 partial crosses CTAs: the only state shared
 // between CTAs is intermediate (the caller's buffer) and the barrier, whose workspace the driver
 // gives each cooperative launch. Two calls in flight at once (two streams, two graphs) share
-// nothing; a grid that cannot be co-resident fails at launch with an error, never hangs.
+// nothing; a grid that cannot be co-resident fails at launch with an error, never hangs, and a
+// barrier that is never completed traps (grid_barrier_wait) instead of hanging a rank.
 // Deterministic: every sum in a fixed order, no atomic operation on a value.
+//
+// QPN_TRACE (defined only by the bench extension's traced copy, csrc/bench_trace.cu): thread 0
+// of every CTA stores %globaltimer and %clock64 at the points of TraceStamp. Undefined (the
+// shipped build) every QPN_TRACE_STAMP is empty; tests/kernels/test_sm70_trace_macro.py shows
+// the SASS is then the same as without the macros.
 
 #pragma once
 
-#include "awq_moe_m1_two_kernel.cuh"
+#include "awq_moe_m1_common.cuh"
 
 namespace qpn {
+
+// ---------------------------------------------------------------------------------------------
+// The per-CTA trace of the traced build: (CTAs, kTraceStamps, 2) uint64, (%globaltimer ns,
+// %clock64 cycles of the CTA's SM) at each point.
+enum TraceStamp : int {
+  kTraceStart = 0,       // the CTA begins
+  kTraceW2Issued = 1,    // warp 0 has issued its W2 loads
+  kTraceStripDone = 2,   // the strip's h is stored (warp 0)
+  kTraceArrived = 3,     // thread 0's arrival at the grid barrier is done
+  kTraceExited = 4,      // the CTA is past the grid barrier
+  kTraceEnd = 5,         // the CTA's output tile is stored
+  kTraceStamps = 6,
+};
+#ifdef QPN_TRACE
+__device__ __forceinline__ void trace_stamp(const MoeArgs& a, int point) {
+  if (threadIdx.x == 0) {
+    unsigned long long ns, cycles;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(cycles));
+    unsigned long long* at = a.trace + (blockIdx.x * kTraceStamps + point) * 2;
+    at[0] = ns;
+    at[1] = cycles;
+  }
+}
+#define QPN_TRACE_STAMP(args, point) ::qpn::trace_stamp(args, point)
+#else
+#define QPN_TRACE_STAMP(args, point)
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // The grid barrier of a cooperative launch, on the workspace the driver gives each such launch
 // (the ABI that cooperative_groups' grid sync reads: its address in %envreg1 (high half) and
 // %envreg2 (low half), the barrier word 4 bytes in). Written here rather than included because
-// cooperative_groups.h needs libcu++ headers that the NVRTC of the sm_70 gate does not ship.
+// cooperative_groups.h needs libcu++ headers that the NVRTC of the sm_70 gate does not ship, and
+// because its sync neither checks the workspace nor bounds its wait.
 // Thread 0 of every CTA adds 1, CTA 0's adds 2^31 - (CTAs - 1) instead: from the zeroed
 // workspace the word's top bit flips exactly when the last CTA arrives, and its low 31 bits are
 // zero again after each barrier, so a later barrier needs no reset.
+//
+// A broken launch must error, not hang a rank (and with it the server's other ranks): a null
+// workspace (a launch that was not cooperative) traps at once, and the wait traps after
+// kMaxBarrierPolls polls. One poll is an acquire load from L2 plus the loop, ~200 SM cycles
+// (V100 L2 hit latency 193 cycles, Jia et al. 2018), ~0.15 us at 1.38 GHz, so 2^26 polls is
+// ~10 s on a V100, about a million times the barrier's normal wait. A count, not a clock: a
+// timer read would delay every poll. The trap poisons the process's CUDA context; the message
+// (device printf, shown when the host next synchronises) names the op and the way back.
+constexpr unsigned kMaxBarrierPolls = 1u << 26;
+
 __device__ __forceinline__ unsigned* launch_barrier_word() {
   unsigned hi, lo;
   asm volatile("mov.u32 %0, %%envreg1;" : "=r"(hi));
   asm volatile("mov.u32 %0, %%envreg2;" : "=r"(lo));
+  if ((hi | lo) == 0u) {
+    printf("qpnserve awq_moe_m1_out: the grid barrier has no cooperative-launch workspace (the "
+           "kernel was not launched cooperatively); the CUDA context is lost: restart without "
+           "the route (qpnserve rollback --restart)\n");
+    __trap();
+  }
   return reinterpret_cast<unsigned*>(((static_cast<unsigned long long>(hi) << 32) | lo) + 4);
 }
 
-__device__ __forceinline__ void grid_barrier() {
+// Thread 0's arrival (the CTA's stores before it: __syncthreads, then a release): the word and
+// what it held before, for grid_barrier_wait. Other threads get nothing.
+struct BarrierTicket {
+  const unsigned* word;
+  unsigned seen;
+};
+__device__ __forceinline__ BarrierTicket grid_barrier_arrive() {
   __syncthreads();  // the CTA's stores before thread 0's release (cumulative)
+  BarrierTicket ticket{nullptr, 0u};
   if (threadIdx.x == 0) {
     unsigned* word = launch_barrier_word();
     const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1u) : 1u;
-    unsigned seen, now;
     asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;"
-                 : "=r"(seen)
+                 : "=r"(ticket.seen)
                  : "l"(word), "r"(add)
                  : "memory");
+    ticket.word = word;
+  }
+  return ticket;
+}
+
+template <unsigned kMaxPolls = kMaxBarrierPolls>
+__device__ __forceinline__ void grid_barrier_wait(const BarrierTicket& ticket) {
+  if (threadIdx.x == 0) {
+    const unsigned* word = ticket.word;
+    const unsigned seen = ticket.seen;
+    unsigned now, polls = 0u;
     do {
       asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(word) : "memory");
+      if (++polls == kMaxPolls) {
+        printf("qpnserve awq_moe_m1_out: a CTA never reached the grid barrier (timed out); the "
+               "CUDA context is lost: restart without the route (qpnserve rollback "
+               "--restart)\n");
+        __trap();
+      }
     } while (((seen ^ now) & 0x80000000u) == 0);
   }
   __syncthreads();  // the acquire of thread 0 orders the CTA's later loads
@@ -89,7 +166,16 @@ struct Strip {
     quarter = cta % kV100Strips;
     const int e = a.ids[route];
     valid = route_is_valid(e, a.num_experts);
-    if (!valid) return;
+    if (!valid) {
+      // Zeros, so that settle() reads defined registers and finish() adds nothing.
+#pragma unroll
+      for (int i = 0; i < kStripItems; ++i) {
+        codes[i] = make_uint4(0u, 0u, 0u, 0u);
+        meta[i] = codes[i];
+        xv[i] = codes[i];
+      }
+      return;
+    }
     const int col = tile * kTile + quarter * kStripCols + 4 * (threadIdx.x & 1);
     const unsigned* words = a.w13 + static_cast<long long>(e) * kWords13 + tile * kRows13 * kTile +
                             quarter * kStripCols + 4 * (threadIdx.x & 1);
@@ -109,6 +195,25 @@ struct Strip {
       }
       xv[i] = __ldg(reinterpret_cast<const uint4*>(a.x) + r);
     }
+  }
+
+  // Wait for the strip's loads here, before the W2 loads are issued. On sm_70 the compiler may
+  // put the strip's loads and W2's on one scoreboard, and a wait on it is a wait for every load
+  // it counts: the strip's first use after the W2 issue then stalls until W2's bytes land, and
+  // the strip and the grid barrier no longer hide behind W2's flight
+  // (tests/kernels/test_sm70_scoreboard.py reads that from the SASS). A store of all the
+  // strip's words (folded into one) consumes them; the warp sync keeps the W2 loads after it.
+  __device__ __forceinline__ void settle() const {
+    __shared__ volatile unsigned sink[kV100Threads];  // volatile: the store stays
+    unsigned folded = 0u;
+#pragma unroll
+    for (int i = 0; i < kStripItems; ++i) {
+      folded ^= codes[i].x ^ codes[i].y ^ codes[i].z ^ codes[i].w;
+      folded ^= meta[i].x ^ meta[i].y ^ meta[i].z ^ meta[i].w;
+      folded ^= xv[i].x ^ xv[i].y ^ xv[i].z ^ xv[i].w;
+    }
+    sink[threadIdx.x] = folded;
+    __syncwarp();
   }
 
   __device__ __forceinline__ static int row(int i) {
@@ -177,11 +282,10 @@ struct Strip {
 // barrier), then h_r is read from L2 and dotted.
 template <bool kMeta3, typename HandOff>
 __device__ __forceinline__ void w2_tile_unit(const MoeArgs& a, int tile, HandOff hand_off) {
-  constexpr bool kMma884 = true;
   constexpr int kG = kGroups2;
-  constexpr int kParts = WarpAcc<kMma884>::kParts;
+  constexpr int kParts = WarpAcc::kParts;
   constexpr int kRecordBytes = kMeta3 ? 3 : 4;
-  __shared__ float part[kWarpsB * kParts * kTile];
+  __shared__ float part[kRoutes * kParts * kTile];
   __shared__ float ys[kRoutes * kTile];
   __shared__ float wts[kRoutes];
   __shared__ int valid_s[kRoutes];
@@ -191,7 +295,7 @@ __device__ __forceinline__ void w2_tile_unit(const MoeArgs& a, int tile, HandOff
   const int e = a.ids[route];
   const float weight = a.weights[route];  // read now: the combine at the end then waits for nothing
   const bool valid = route_is_valid(e, a.num_experts);
-  const LaneMap<kMma884> lm(lane);
+  const LaneMap lm(lane);
   GroupFrag<kMeta3> f[kG];
   if (valid) {
     const uint4* codes = reinterpret_cast<const uint4*>(
@@ -215,11 +319,11 @@ __device__ __forceinline__ void w2_tile_unit(const MoeArgs& a, int tile, HandOff
     uint4 hv[kG];
 #pragma unroll
     for (int g = 0; g < kG; ++g) hv[g] = __ldcg(h4 + 4 * g + lm.kq);
-    WarpAcc<kMma884> acc;
+    WarpAcc acc;
 #pragma unroll
-    for (int g = 0; g < kG; ++g) dot_group<kMeta3, kMma884>(acc, f[g], hv[g]);
+    for (int g = 0; g < kG; ++g) dot_group<kMeta3>(acc, f[g], hv[g]);
     // y_route = fp16(FP32 sum over k), per route; quadpair partials in ascending order.
-    store_partials<kMma884>(acc, part + route * kParts * kTile, lane);
+    store_partials(acc, part + route * kParts * kTile, lane);
     __syncwarp();
     float y = 0.0f;
 #pragma unroll
@@ -235,13 +339,24 @@ __device__ __forceinline__ void w2_tile_unit(const MoeArgs& a, int tile, HandOff
 // register cap is the whole file's share of 320 threads.
 template <bool kMeta3>
 __global__ void __launch_bounds__(kV100Threads, 1) v100_moe_kernel(MoeArgs a) {
+  QPN_TRACE_STAMP(a, kTraceStart);
   const int cta = blockIdx.x;
   Strip<kMeta3> strip(a, cta);
-  w13_swiglu_unit<kMeta3, true, kV100Warps, kStoreH>(a, cta % kTiles13, cta / kTiles13);
+  w13_swiglu_unit<kMeta3, kV100Warps>(a, cta % kTiles13, cta / kTiles13);
+  strip.settle();
   w2_tile_unit<kMeta3>(a, cta, [&strip, &a]() {
+    QPN_TRACE_STAMP(a, kTraceW2Issued);
     strip.finish(a);
-    grid_barrier();  // every h store of the grid is visible after it
+    QPN_TRACE_STAMP(a, kTraceStripDone);
+#ifdef QPN_TRACE
+    if (a.trace_skip_barrier) return;  // traced build only: time the layer without the barrier
+#endif
+    const BarrierTicket ticket = grid_barrier_arrive();
+    QPN_TRACE_STAMP(a, kTraceArrived);
+    grid_barrier_wait(ticket);  // every h store of the grid is visible after it
+    QPN_TRACE_STAMP(a, kTraceExited);
   });
+  QPN_TRACE_STAMP(a, kTraceEnd);
 }
 
 }  // namespace qpn

@@ -2,5 +2,6 @@
 
 wheels: fetch registry wheels by name into a user cache (never into the tree).
 sass: pure parsing of cuobjdump listings. model: the pure V100 timing model.
-builds: compile our kernels and read the host's. scripts/sm70_projection.py is the entry point.
+builds: compile our kernels and read the host's. cli.py is the entry point
+(``python -m tools.sm70proj``).
 """
