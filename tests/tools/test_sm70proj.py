@@ -163,7 +163,7 @@ def test_launch_gap_fit_shares_one_cost_per_node() -> None:
 
 
 def test_floor_device_code_compiles_for_sm70_without_spills(tmp_path) -> None:
-    from qpnserve.kernels import sm70_gate
+    from tools import sm70_gate
 
     variants = [(n, p) for n in (2, 16) for p in ("false", "true")]
     exprs = [f"qpnserve_floor::read_floor_m1_kernel<{n}, {p}>" for n, p in variants]
