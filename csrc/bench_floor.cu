@@ -12,8 +12,8 @@
 //
 // Reading order: device helpers, kernels, launchers, registration. The device part includes only
 // awq_moe_m1_geometry.h and pdl_device.cuh (both without includes) so NVRTC can compile it for
-// sm_70 (scripts/sm70_projection.py); the host part is skipped under NVRTC. This file is compiled
-// only into the bench extension, which needs CUDA (so does the benchmark).
+// sm_70 (the V100 model, tools/sm70proj); the host part is skipped under NVRTC. This file is
+// compiled only into the bench extension, which needs CUDA (so does the benchmark).
 
 #include "awq_moe_m1_geometry.h"
 #include "pdl_device.cuh"
@@ -71,7 +71,7 @@ __device__ __forceinline__ Vec16 load_vec(const Vec16* ptr) {
   return kHint == 1 ? load_prefetch256(ptr) : load_streaming(ptr);
 }
 
-// Programmatic dependent launch (sm_90+): the operator's helpers (pdl_device.cuh).
+// Programmatic dependent launch (sm_90+): pdl_device.cuh's helpers.
 using qpn_pdl::pdl_launch_dependents;
 using qpn_pdl::pdl_wait_primary;
 

@@ -1,7 +1,7 @@
-// Programmatic dependent launch in device code (sm_90+), shared by the operator's kernels and the
-// read-floor benchmark's, so both are launched and synchronised the same way. No-ops on older
-// targets, where the launchers never set the launch attribute either. No includes: NVRTC
-// compiles it for sm_70 (the CI gate, scripts/sm70_projection.py).
+// Programmatic dependent launch in device code (sm_90+), used by the bench extension's read-floor
+// kernel (the operator, one cooperative launch since #31, has no PDL; `bench op` times the floor
+// without it too). No-ops on older targets, where the launchers never set the launch attribute
+// either. No includes: NVRTC compiles it for sm_70 (the V100 model, tools/sm70proj).
 
 #pragma once
 

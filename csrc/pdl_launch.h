@@ -1,5 +1,6 @@
-// One way to launch a kernel, shared by the operator and the read-floor benchmark kernel, so
-// the floor the operator is measured against is launched exactly like the operator.
+// One way to launch the bench extension's kernels (the read floor, the derive kernel), plainly or
+// as a programmatic dependent. The operator, one cooperative launch since #31, is launched by its
+// own binding; `bench op` times the floor without PDL, as the operator runs.
 //
 // pdl: launch as a programmatic dependent (sm_90+): the kernel may start while its predecessor
 // on the stream still runs, and must call griddepcontrol.wait before reading what that

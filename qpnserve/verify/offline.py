@@ -47,7 +47,6 @@ class OfflinePlan:
     fault: str | None = None
     fault_layer: int | None = None
     device: str = "auto"  # "auto" | "cpu" | "cuda"
-    op_path: int | None = None  # tests: pin the CUDA path (qpnserve.kernels.ops.PATH_*)
 
     @property
     def num_samples(self) -> int:
@@ -110,9 +109,7 @@ def pick_device(device: str, build_dir: Path) -> tuple[Any, str]:
     return torch.device("cpu"), "CPU implementation of the operator (no GPU used)"
 
 
-def _run_op(
-    banks: prepare.Banks, sample: samples.Sample, device: Any, op_path: int | None
-) -> tuple[Any, Any]:
+def _run_op(banks: prepare.Banks, sample: samples.Sample, device: Any) -> tuple[Any, Any]:
     import torch
 
     nan = float("nan")  # poisoned: an element the operator does not write stays NaN
@@ -122,10 +119,7 @@ def _run_op(
     ids = torch.from_numpy(sample.ids.reshape(1, TOP_K)).to(device)
     weights = torch.from_numpy(sample.weights.reshape(1, TOP_K)).to(device)
     args = (out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights)
-    if op_path is None:
-        torch.ops.qpnserve.awq_moe_m1_out(*args)
-    else:
-        torch.ops.qpnserve.awq_moe_m1_out_path(*args, op_path)
+    torch.ops.qpnserve.awq_moe_m1_out(*args)
     return out.cpu().numpy().astype(np.float64), inter.cpu().numpy().astype(np.float64)
 
 
@@ -196,7 +190,7 @@ def run_offline(plan: OfflinePlan, progress: Progress, *, build_dir: Path) -> Ve
                             layer, s.prefix, rank, "route", fmt, "refused", reason=ref.refused
                         )
                     else:
-                        out, inter = _run_op(banks[fmt], s, device, plan.op_path)
+                        out, inter = _run_op(banks[fmt], s, device)
                         result = judge(layer, s.prefix, rank, "route", fmt, out, inter, ref)
                     report.samples.append(result)
                 banks[fmt].clear()

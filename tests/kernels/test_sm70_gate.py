@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qpnserve.kernels import sm70_gate
+from tools import sm70_gate
 
 
 def test_sm70_build_compiles_spill_free_with_128_bit_loads() -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from qpnserve.kernels import sm70_gate
 from tests.kernels import volta_sass
+from tools import sm70_gate
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = {"4-byte": "qpn::v100_moe_kernel<false>", "3-byte": "qpn::v100_moe_kernel<true>"}

@@ -5,12 +5,12 @@ The listing is ``cuobjdump -sass`` of the cubin that ptxas 12.8 assembles from t
 refuse sm_70), fetched by name and cached per user like the projection's wheels;
 ``QPNSERVE_CUOBJDUMP`` names another copy.
 
-Volta control bits live in the high 64-bit word of each 128-bit instruction (Jia et al. 2018,
-"Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking", arXiv:1804.06826): write
-barrier (scoreboard) index bits 46-48 (7 = none), wait mask bits 52-57, one bit per scoreboard
-SB0-SB5. An instruction whose wait mask names a scoreboard stalls until every outstanding
-instruction that set it has completed, so a load's first consumer is found from the masks, not
-from register dataflow. Only the pure reading is here; the test module runs the tools.
+Volta control bits live in the high 64-bit word of each 128-bit instruction; their one decoding
+is the V100 model's (tools/sm70proj/scoreboard.py: write barrier bits 46-48, wait mask bits
+52-57, one bit per scoreboard SB0-SB5), so the test and the projection read the same fields. An
+instruction whose wait mask names a scoreboard stalls until every outstanding instruction that
+set it has completed, so a load's first consumer is found from the masks, not from register
+dataflow. Only the pure reading is here; the test module runs the tools.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-NO_BARRIER = 7
+from tools.sm70proj.scoreboard import decode_control
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,11 @@ class Instr:
 
     @property
     def write_barrier(self) -> int | None:
-        index = (self.hi >> 46) & 7
-        return None if index == NO_BARRIER else index
+        return decode_control(self.hi).write_barrier
 
     @property
     def wait_mask(self) -> int:
-        return (self.hi >> 52) & 0x3F
+        return decode_control(self.hi).wait_mask
 
 
 _FUNC = re.compile(r"Function : (\S+)")

@@ -201,3 +201,37 @@ def test_a_printf_before_a_trap_is_off_the_common_path() -> None:
     assert scoreboard.slow_path_calls(instrs) == {5}
     # The nearest branch before the CALL decides: one landing before it does not skip it.
     assert scoreboard.slow_path_calls(["@P0 BRA 0x20", *instrs[1:]]) == frozenset()
+
+
+def test_an_unconditional_branch_before_a_call_is_not_a_slow_path_skip() -> None:
+    # "BRA" with no predicate always jumps past the CALL (0x40 / 16 = instruction 4): the CALL
+    # is reached only from elsewhere, and there it waits on every barrier. Only a conditional
+    # branch (@P, BRA.CONV, BRA.DIV) makes the CALL a path the common case does not take.
+    instrs = ["IADD3 R1, R1, 0x1, RZ", "BRA 0x40", "MOV R3, 0x0", "CALL.REL.NOINC 0x9060", "EXIT"]
+    assert scoreboard.slow_path_calls(instrs) == frozenset()
+    assert scoreboard.slow_path_calls([instrs[0], "@P0 BRA 0x40", *instrs[2:]]) == {3}
+
+
+def test_a_slow_path_calls_wait_is_not_the_drain_before_a_bubble() -> None:
+    # The rule of tail(): a CALL that a conditional branch jumps over waits on every barrier but
+    # is not issued on the common path; the W13 load drains at the FADD that reads it.
+    instrs = [
+        "LDG.E.EF.128.SYS R4, [R2]",
+        "@P0 BRA 0x30",  # 0x30 / 16 = instruction 3, past the CALL
+        "CALL.REL.NOINC 0x9060",
+        "FADD R5, R4, R4",
+        "LDG.E.EF.128.SYS R8, [R6]",
+        "EXIT",
+    ]
+    none = Control(1, False, None, None, 0)
+    controls = [
+        Control(1, False, 2, None, 0),  # W13's load sets SB2
+        none,
+        Control(5, False, None, None, 0b111111),  # the CALL waits on every barrier
+        Control(4, False, None, None, 0b000100),  # the FADD waits on SB2
+        Control(1, False, 3, None, 0),  # W2's first load
+        none,
+    ]
+    found = scoreboard.bubbles(instrs, controls, [True, False, False, False, True, False],
+                               [3, None, None, None, 5, None])  # fmt: skip
+    assert found == [scoreboard.Bubble(drained_at=3, next_load=4, instructions=1, l2_trips=0)]

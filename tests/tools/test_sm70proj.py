@@ -163,7 +163,7 @@ def test_launch_gap_fit_shares_one_cost_per_node() -> None:
 
 
 def test_floor_device_code_compiles_for_sm70_without_spills(tmp_path) -> None:
-    from qpnserve.kernels import sm70_gate
+    from tools import sm70_gate
 
     variants = [(n, p) for n in (2, 16) for p in ("false", "true")]
     exprs = [f"qpnserve_floor::read_floor_m1_kernel<{n}, {p}>" for n, p in variants]
@@ -221,3 +221,46 @@ def test_a_trace_gives_the_strip_cycles_of_its_format() -> None:
     no_strip = {**doc, "findings": {"strip_after_w2_issue_cycles": None}}
     with pytest.raises(ValueError, match="no strip cycles"):
         cli.trace_window_cycles(no_strip)
+
+
+# W2 of the V100 design in miniature: 8 code loads from w2 (parameter 5, c[0x0][0x188]) and 2
+# metadata loads from s2 (parameter 6), 16 B each: 160 B per thread as listed.
+W2_TAIL = [
+    "IMAD.WIDE R2, R0, R3, c[0x0][0x188]",
+    *[f"LDG.E.EF.128.SYS R{4 + 4 * n}, [R2+{n * 0x200:#x}]" for n in range(8)],
+    "IMAD.WIDE R40, R0, R3, c[0x0][0x190]",
+    "LDG.E.EF.128.SYS R44, [R40]",
+    "LDG.E.EF.128.SYS R48, [R40+0x200]",
+    "EXIT",
+]
+
+
+def test_the_tail_counts_w2s_real_bytes_per_cta_not_lane_widths_times_threads() -> None:
+    # 4-byte W2 per call: ten routes x (204,800 B codes + 51,200 B metadata), read by 80 CTAs of
+    # 320 threads. m8n8k4 lanes load the same metadata, so 160 B x 320 threads (51,200 B) is
+    # not what a CTA reads: 2,560,000 / 80 = 32,000 B is.
+    k = model.Kernel("w2", "w2", 80, 320, 2_560_000, (5, 6),
+                     param_bytes=((5, 2_048_000), (6, 512_000)))  # fmt: skip
+    b = builds.Binary("w2", W2_TAIL, 126, 0, 0, 320, [])
+    loads = tuple(i for i, x in enumerate(W2_TAIL) if x.startswith("LDG"))
+    assert sass.listed_bytes(W2_TAIL, {5, 6}) == 160
+    assert builds.real_bytes_per_cta(b, k, loads) == pytest.approx(32_000)
+    # The codes' loads alone release the codes' share only: 2,048,000 / 80 B.
+    assert builds.real_bytes_per_cta(b, k, loads[:8]) == pytest.approx(25_600)
+
+
+def test_a_traces_strip_cycles_enter_the_projection_of_their_format_only() -> None:
+    from tools.sm70proj import cli
+
+    k = model.Kernel("one", "one", 80, 320, 7_296_000, (3, 4, 5, 6), handoffs=1)
+    s = model.SassStats(140, 0, 2300, 300, 300, 1, 180, tail_bytes_per_cta=30_400,
+                        handoff_in_overlap=True, epilogue_overlap_instructions=400)  # fmt: skip
+    loaded = {"op-3byte": [(k, s)], "op-4byte": [(k, s)]}
+    plain = cli.project(loaded, cli.Assumptions(), 3.0)
+    traced = cli.project(loaded, cli.Assumptions(window_cycles=(("3byte", 3500.0),)), 3.0)
+    # 3,500 cycles at 1380 MHz + the hand-off (2 L2 trips of 193 cycles + 0.5 us) outlast
+    # 30,400 B at 850/80 GB/s by 0.455 us; the SASS estimate (400 x 4 cycles) hid inside.
+    moved = float(traced["op-3byte"]["us"]) - float(plain["op-3byte"]["us"])  # type: ignore[arg-type]
+    assert moved == pytest.approx(3500 / 1380 + 2 * 193 / 1380 + 0.5 - 30_400 / 10_625)
+    assert moved == pytest.approx(0.4547, abs=1e-4)
+    assert traced["op-4byte"]["us"] == plain["op-4byte"]["us"]

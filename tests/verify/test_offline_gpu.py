@@ -1,9 +1,9 @@
 """GPU: `verify --offline` with the CUDA extension on the seeded checkpoint (run with -m gpu).
 
-Both CUDA paths: the device's default (what `verify --offline` runs on this GPU) and PATH_V100
-(the V100 design, the kernels an sm_70 build runs), each on 2 layers x 3 prefixes x 4 ranks x 2
-metadata formats = 48 samples against the FP64 reference decoded from the export; and the two
-deliberately broken preparations exit 7 naming the broken layer.
+The op has one CUDA form, the V100 design (the kernels an sm_70 build runs; m8n8k4 is emulated on
+newer GPUs): 2 layers x 3 prefixes x 4 ranks x 2 metadata formats = 48 samples, each within the
+contract's bounds against the FP64 reference decoded from the export; and the two deliberately
+broken preparations exit 7 naming the broken layer.
 Run with: pytest -m gpu tests/verify
 """
 
@@ -16,10 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from qpnserve.cli import app
-from qpnserve.config import load_settings
-from qpnserve.geometry import TP_SIZE
-from qpnserve.kernels import ops
-from qpnserve.verify.offline import OfflinePlan, run_offline
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_extension")]
 runner = CliRunner()
@@ -34,23 +30,8 @@ def test_gpu_verify_offline_passes_with_the_cuda_extension(seeded_checkpoint: Pa
     report = json.loads(result.stdout)
     assert report["operator"].startswith("CUDA extension")
     assert report["counts"] == {"samples": 48, "within": 48, "outside": 0, "refused": 0}
-    print(f"\nverify --offline (CUDA, default path): {report['arms']}")
-
-
-def test_gpu_verify_offline_v100_path_passes(seeded_checkpoint: Path) -> None:
-    plan = OfflinePlan(
-        model=seeded_checkpoint,
-        layers=[0, 1],
-        prefixes=[0, 1, 2],
-        meta_formats=["4byte", "3byte"],
-        ranks=list(range(TP_SIZE)),
-        device="cuda",
-        op_path=ops.PATH_V100,
-    )
-    report = run_offline(plan, progress=print, build_dir=load_settings().build_dir)
-    assert report.verdict == "pass", report.summary()
-    assert len(report.examined) == 48
-    print(f"\nverify --offline (CUDA, PATH_V100): {report.arm_maxima()}")
+    assert {s["status"] for s in report["samples"]} == {"within"}
+    print(f"\nverify --offline (CUDA, the V100 design): {report['arms']}")
 
 
 @pytest.mark.parametrize("fault", ["gate-up-concat", "zero-point-off-by-one"])

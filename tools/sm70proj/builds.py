@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from qpnserve.kernels import sm70_gate
+from tools import sm70_gate
 
 from . import sass, scoreboard, wheels
 from .model import Kernel, SassStats

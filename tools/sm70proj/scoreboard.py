@@ -211,14 +211,18 @@ def _l2_trips(instrs: list[str], controls: list[Control], path: list[int]) -> in
 def bubbles(
     instrs: list[str], controls: list[Control], dram: list[bool], params: list[int | None]
 ) -> list[Bubble]:
-    """Loads land in issue order, so waiting on the last DRAM load's barrier drains the SM."""
+    """Loads land in issue order, so waiting on the last DRAM load's barrier drains the SM. A
+    slow-path CALL's wait is not the drain (the same rule as tail(): it is not issued on the
+    common path)."""
     found: list[Bubble] = []
     last_barrier: int | None = None
     seen: set[int | None] = set()  # the tensors of every DRAM load before the drain
     drained_at: int | None = None
+    slow = slow_path_calls(instrs)
     for i in range(len(instrs)):
         c = controls[i]
-        if last_barrier is not None and drained_at is None and c.waits_on(last_barrier):
+        waits = last_barrier is not None and c.waits_on(last_barrier) and i not in slow
+        if waits and drained_at is None:
             drained_at = i
         if not dram[i]:
             continue

@@ -5,8 +5,10 @@ CUDA 13 cannot target sm_70, and CI has no GPU, so the gate compiles csrc/awq_mo
 (nvidia-cuda-nvrtc-cu12; headers from nvidia-cuda-runtime-cu12) to PTX for compute_70, then
 assembles it with ptxas 12.8 (nvidia-cuda-nvcc-cu12) for sm_70 and reads its resource report.
 It fails on a compile error, on any spill or stack frame in a kernel that runs on sm_70, or
-when the weight loads are not 128-bit. Run it with ``python scripts/sm70_gate.py`` (prints the
-report; --json for data).
+when the weight loads are not 128-bit. A test tool (also tests/kernels/test_sm70_gate.py), not
+shipped in the wheel; in a source checkout: ``python -m tools.sm70_gate [--json]`` (prints the
+report; --json for data). Exit 0 when every kernel that runs on sm_70 is spill-free with 128-bit
+loads, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -259,3 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(render(report))
     return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
