@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from qpnserve.config import load_settings
 from qpnserve.errors import BuildError
 
 
@@ -27,7 +28,7 @@ def main() -> int:
 
     try:
         torch = toolchain.require_torch("the example cannot run", toolchain.CPU_TORCH_HINT)
-        build.load(cpu_only=args.device == "cpu")
+        build.load(cpu_only=args.device == "cpu", build_dir=load_settings().build_dir)
     except BuildError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.hint:

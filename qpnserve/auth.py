@@ -11,7 +11,6 @@ of qpnserve (readiness, status, bench, verify) reads the key from the same varia
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 
 from qpnserve import config
@@ -20,10 +19,10 @@ from qpnserve.errors import UsageError
 _OPTION = "--api-key"
 
 
-def api_key_from_env(environ: Mapping[str, str] | None = None) -> str | None:
-    """The key qpnserve's clients send; None when the variable is unset or empty."""
-    env = os.environ if environ is None else environ
-    return env.get(config.API_KEY.name) or None
+def api_key_from_env(environ: Mapping[str, str]) -> str | None:
+    """The key qpnserve's clients send (``environ``: the settings' snapshot); None when the
+    variable is unset or empty."""
+    return environ.get(config.API_KEY.name) or None
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:

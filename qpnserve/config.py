@@ -1,15 +1,32 @@
-"""The one table of environment variables qpnserve reads or sets, each with why it exists.
+"""The one table of environment variables qpnserve reads or sets, each with why it exists, and
+the settings object that is the only reader of this process's environment.
 
 Every option that users set in scripts also reads a ``QPNSERVE_*`` variable; those are listed
 here so the README table and the code cannot drift: tests/preflight/test_readme_env.py checks
 the README, and ``python tools/env_table.py --write`` regenerates its table.
+
+Settings are read at two edges, once each: the CLI's root callback (qpnserve/cli/app.py, which
+every command invocation runs first) and the plugin's ``register`` (qpnserve/plugin.py, in every
+vLLM process). Each calls ``load_settings()`` and passes the frozen ``Settings`` down; nothing
+else reads ``os.environ`` (tests/test_settings_edges.py holds it). Typer's ``envvar=`` options are
+click reading the environment at the same edge.
+
+A child process's environment (``env=`` of a subprocess) is built from ``settings.environ``, the
+snapshot taken at the edge (a copy with qpnserve's own variables set on top), never from
+``os.environ``: what the preflight judged is what the child gets. The one write to this process's
+own environment is ``process_environ_set`` below (torch's extension builder reads its arch list
+only from there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -23,7 +40,18 @@ ROUTE_FLAG = EnvVar(
     "VLLM_SM70_AWQ_QWEN38_QPN_M1",
     "the AWQ M1 route: '1' on (fail closed), '0' or unset off; any other value is an error",
 )
-ROUTE_FLAG_VALUES = ("0", "1")  # the only values a host accepts
+# The route is one bool, named ``awq_m1`` from the CLI (--awq-m1) through the options and the
+# desired state; the environment, the running state and the route reports write it as the flag's
+# value. dispatch/flag.py's parse_route_flag is the one validator of a value read back.
+RouteFlagValue = Literal["0", "1"]
+ROUTE_FLAG_VALUES: tuple[RouteFlagValue, ...] = ("0", "1")
+
+
+def route_flag_value(awq_m1: bool) -> RouteFlagValue:
+    """The flag's value for the route on (``awq_m1``) or off."""
+    return "1" if awq_m1 else "0"
+
+
 # vLLM's allow-list of general plugins: comma-separated names, no whitespace trimming, empty = none.
 VLLM_PLUGINS = EnvVar("VLLM_PLUGINS", "vLLM's comma-separated allow-list of general plugins")
 STATE_DIR = EnvVar(
@@ -103,25 +131,112 @@ ALL_VARS: tuple[EnvVar, ...] = (
     GIT_COMMIT,
 )
 
+# The user's defaults, each written once: the CLI's options, the lifecycle's option records and
+# the state files take them from here (tests/test_defaults_once.py holds that no other module
+# restates them).
+DEFAULT_TP = 4  # the operator's geometry is for 4 ranks (geometry.TP_SIZE)
+DEFAULT_HOST = "127.0.0.1"  # vLLM's own default is every interface; the route is a local service
+DEFAULT_PORT = 8000  # vLLM's default port
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"  # where `bench smoke` looks last
+DEFAULT_UP_TIMEOUT_S = 1800.0  # 4x V100 loads take minutes; CUDA graph capture adds more
+DEFAULT_STOP_TIMEOUT_S = 60.0  # grace period of a process-group stop before SIGKILL
+
 PLUGIN_NAME = "qpnserve_awq_m1"  # entry point name in group vllm.general_plugins
 APP_NAME = "qpnserve"
 
 
-def state_dir() -> Path:
-    """The state directory: $QPNSERVE_STATE_DIR, else the user's XDG state dir for qpnserve."""
-    override = os.environ.get(STATE_DIR.name)
-    if override:
-        return Path(override).expanduser()
-    from platformdirs import user_state_dir
+@dataclass(frozen=True)
+class Settings:
+    """This process's environment as qpnserve reads it, taken once at an edge (load_settings).
 
-    return Path(user_state_dir(APP_NAME, appauthor=False))
+    The typed values below are derived from ``environ`` on each access (cheap: a lookup), so a
+    ``Settings`` is the snapshot alone and compares by it."""
+
+    environ: Mapping[str, str]  # read-only snapshot; the base of every child's environment
+
+    def _value(self, var: EnvVar) -> str | None:
+        return self.environ.get(var.name) or None  # empty means unset, as before
+
+    @property
+    def route_flag(self) -> str | None:
+        """$VLLM_SM70_AWQ_QWEN38_QPN_M1 as written (parsed by qpnserve.dispatch.flag)."""
+        return self.environ.get(ROUTE_FLAG.name)
+
+    @property
+    def state_dir(self) -> Path:
+        """$QPNSERVE_STATE_DIR, else the user's XDG state dir for qpnserve."""
+        override = self._value(STATE_DIR)
+        if override:
+            return Path(override).expanduser()
+        from platformdirs import user_state_dir
+
+        return Path(user_state_dir(APP_NAME, appauthor=False))
+
+    @property
+    def build_dir(self) -> Path:
+        """$QPNSERVE_BUILD_DIR, else the user's cache dir for qpnserve."""
+        override = self._value(BUILD_DIR)
+        if override:
+            return Path(override).expanduser()
+        from platformdirs import user_cache_dir
+
+        return Path(user_cache_dir(APP_NAME, appauthor=False)) / "extensions"
+
+    @property
+    def report_dir(self) -> Path | None:
+        """$QPNSERVE_REPORT_DIR (set by `qpnserve up` for its server), else None."""
+        override = self._value(REPORT_DIR)
+        return Path(override).expanduser() if override else None
+
+    @property
+    def verify_capture_dir(self) -> Path | None:
+        """$QPNSERVE_VERIFY_CAPTURE_DIR (set by live `verify` for its server), else None."""
+        override = self._value(VERIFY_CAPTURE_DIR)
+        return Path(override) if override else None
+
+    @property
+    def build_arch(self) -> str | None:
+        return self._value(BUILD_ARCH)
+
+    @property
+    def facts_file(self) -> Path | None:
+        override = self._value(FACTS_FILE)
+        return Path(override) if override else None
+
+    @property
+    def git_commit(self) -> str | None:
+        return self._value(GIT_COMMIT)
 
 
-def build_dir() -> Path:
-    """The extension cache: $QPNSERVE_BUILD_DIR, else the user's cache dir for qpnserve."""
-    override = os.environ.get(BUILD_DIR.name)
-    if override:
-        return Path(override).expanduser()
-    from platformdirs import user_cache_dir
+def with_environ(settings: Settings, changes: Mapping[str, str | None]) -> Settings:
+    """The snapshot with ``changes`` applied (None: the variable removed), for a child that
+    must see them (live `verify` hands its server the capture dir this way)."""
+    environ = {k: v for k, v in settings.environ.items() if k not in changes}
+    environ.update({k: v for k, v in changes.items() if v is not None})
+    return Settings(MappingProxyType(environ))
 
-    return Path(user_cache_dir(APP_NAME, appauthor=False)) / "extensions"
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings from ``environ`` (default: this process's environment), frozen.
+
+    Call it only at an edge (the CLI's root callback, the plugin's register) and in tests."""
+    return Settings(MappingProxyType(dict(os.environ if environ is None else environ)))
+
+
+@contextlib.contextmanager
+def process_environ_set(name: str, value: str | None) -> Iterator[None]:
+    """Set (``None``: leave as it is) one variable of this process's own environment for the
+    duration, then restore it. Only for a library that reads nothing but ``os.environ``
+    (torch.utils.cpp_extension's TORCH_CUDA_ARCH_LIST); children get ``settings.environ``."""
+    if value is None:
+        yield
+        return
+    backup = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if backup is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = backup

@@ -26,9 +26,10 @@ import mmap
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 # The one definition of a host's kind: the facts, the route reports and the state files use it.
 HostKind = Literal["native", "patched", "none"]
@@ -44,21 +45,43 @@ METHOD_CLASS = "AWQSM70MoEMethod"
 HOOK_METHOD = "_apply_legacy_single_token_compact"
 
 
-@dataclass(frozen=True)
-class HostInfo:
-    dist_name: str  # normalised distribution name ("revolta", "1cat-vllm", "vllm")
-    version: str  # "unknown" when neither metadata nor vllm/_version.py tells
-    package_dir: Path  # the installed ``vllm`` package directory
-    kind: HostKind
-    has_route_flag: bool  # envs.py knows VLLM_SM70_AWQ_QWEN38_QPN_M1
-    has_native_op: bool  # the compiled _C library registers awq_moe_qpn_m1_sm70_out
-    has_hook_method: bool  # AWQSM70MoEMethod._apply_legacy_single_token_compact exists
+class HostInfo(BaseModel):
+    """The one record of the installed host (the importable ``vllm`` package).
+
+    detect_host() reads it from the installed files; the preflight keeps it in its facts (the
+    ``host`` object of `check --json` and of a recorded $QPNSERVE_FACTS_FILE, field for field as
+    earlier versions wrote it) and adds the patch verdict; `up` decides and records from it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    found: bool  # False: no importable vllm package (every other field is its default)
+    dist_name: str | None = None  # normalised distribution name ("revolta", "1cat-vllm", "vllm")
+    version: str | None = None  # "unknown" when neither metadata nor vllm/_version.py tells
+    kind: HostKind = "none"
+    package_dir: Path | None = None  # the installed ``vllm`` package directory
+    has_route_flag: bool = False  # envs.py knows VLLM_SM70_AWQ_QWEN38_QPN_M1
+    has_native_op: bool = False  # the compiled _C library registers awq_moe_qpn_m1_sm70_out
+    has_hook_method: bool = False  # AWQSM70MoEMethod._apply_legacy_single_token_compact exists
     has_sm70_method: bool = False  # class AWQSM70MoEMethod exists at all (an SM70 build)
+    # Patched hosts, as the preflight judged them: the validated build whose source the installed
+    # hook matches ("1cat-vllm 1.3.0"), or why the dispatch patch would refuse this host.
+    patch_validated: str | None = None
+    patch_error: str | None = None
+    # The $QPNSERVE_FACTS_FILE that stood in for the machine when this record came from one
+    # (what `up` records and `status` names); not part of the facts' JSON, which has source_file.
+    facts_file: str | None = Field(default=None, exclude=True)
 
     @property
     def label(self) -> str:
         """ "revolta 0.1.4": how every message names the host."""
         return f"{self.dist_name} {self.version}"
+
+    @property
+    def installed_dir(self) -> Path:
+        """``package_dir`` of a found host (a record without one is a caller's mistake)."""
+        if self.package_dir is None:
+            raise ValueError("the host record names no installed vllm package directory")
+        return self.package_dir
 
 
 def _normalise_dist_name(name: str) -> str:
@@ -190,7 +213,7 @@ def method_source(
     ("vllm.model_executor.layers.quantization.awq_sm70_moe") is accepted too.
     """
     if isinstance(host_or_package_dir, HostInfo):
-        package_dir = host_or_package_dir.package_dir
+        package_dir = host_or_package_dir.installed_dir
     else:
         package_dir = Path(host_or_package_dir)
     if not module_relpath.endswith(".py"):
@@ -254,4 +277,14 @@ def detect_host(search_path: Sequence[str | Path] | None = None) -> HostInfo | N
         return None
     name, version = _dist_for(package_dir, search_path)
     kind, found = classify(package_dir)
-    return HostInfo(dist_name=name, version=version, package_dir=package_dir, kind=kind, **found)
+    return HostInfo(
+        found=True,
+        dist_name=name,
+        version=version,
+        package_dir=package_dir,
+        kind=kind,
+        has_route_flag=found["has_route_flag"],
+        has_native_op=found["has_native_op"],
+        has_hook_method=found["has_hook_method"],
+        has_sm70_method=found["has_sm70_method"],
+    )

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from qpnserve.config import ROUTE_FLAG
+from qpnserve.dispatch.flag import parse_route_flag
+from qpnserve.errors import DispatchError
 
 ROUTE_FLAG_NAME = ROUTE_FLAG.name
 GROUPED_FLAG = "VLLM_SM70_AWQ_QWEN38_GROUPED_QPN"
@@ -47,13 +49,15 @@ def route_flag_meaning(value: str | None, host_kind: str | None) -> str:
                 "falls back silently)"
             )
         return f"off ({ROUTE_FLAG_NAME} unset)"
-    if value == "0":
+    try:
+        on = parse_route_flag(value)  # the plugin's own validator
+    except DispatchError:
+        return f"refused ({ROUTE_FLAG_NAME}={value!r}; only '0' and '1' are accepted)"
+    if not on:
         return f"off ({ROUTE_FLAG_NAME}=0)"
-    if value == "1":
-        if host_kind == "native":
-            return f"on ({ROUTE_FLAG_NAME}=1; explicit, the host fails closed on a layer)"
-        return f"on ({ROUTE_FLAG_NAME}=1)"
-    return f"refused ({ROUTE_FLAG_NAME}={value!r}; only '0' and '1' are accepted)"
+    if host_kind == "native":
+        return f"on ({ROUTE_FLAG_NAME}=1; explicit, the host fails closed on a layer)"
+    return f"on ({ROUTE_FLAG_NAME}=1)"
 
 
 def grouped_route_text(env: Mapping[str, str | None], host_kind: str | None) -> str | None:

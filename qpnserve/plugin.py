@@ -7,7 +7,7 @@ plugin, so every check happens inside register(), where an exception stops the p
 
 - flag unset or "0": return at once; no extension lookup, no host import, no wrapping;
 - any other value than "0"/"1": DispatchError naming the variable and the accepted values;
-- "1": qpnserve.dispatch.runtime.activate() (host check, manifest drift check, prebuilt
+- "1": qpnserve.dispatch.runtime.activate(settings) (host check, manifest drift check, prebuilt
   extension load, wrapping: fail closed). On a native host only an observer, which never
   raises: any failure is one warning line and the server goes on with its own route.
   Re-entrant: a second call in the same process finds the class marker and changes nothing.
@@ -23,22 +23,22 @@ from __future__ import annotations
 import contextlib
 import os
 
-from qpnserve.config import ROUTE_FLAG
+from qpnserve.config import ROUTE_FLAG, ROUTE_FLAG_VALUES, Settings, load_settings
 from qpnserve.dispatch.flag import parse_route_flag
 from qpnserve.errors import QpnError
 
 
 def register() -> None:
-    raw = os.environ.get(ROUTE_FLAG.name)
-    _announce(raw)
+    settings = load_settings()  # this process's one read of its environment (config.py)
+    _announce(settings.route_flag)
     try:
-        if not parse_route_flag(raw):
+        if not parse_route_flag(settings.route_flag):
             return
         from qpnserve.dispatch.runtime import activate
 
-        activate()
+        activate(settings)
     except QpnError as exc:
-        _record_refusal(raw, exc)
+        _record_refusal(settings, exc)
         raise
 
 
@@ -59,20 +59,21 @@ def _announce(raw_flag: str | None) -> None:
         sys.stderr.flush()
 
 
-def _record_refusal(raw_flag: str | None, exc: QpnError) -> None:
+def _record_refusal(settings: Settings, exc: QpnError) -> None:
     """Leave the refusal where `qpnserve up` looks (the report dir): the exception stops this
     process and the server, and `up` names the reason in one line instead of a log tail.
     Best effort: failing to write must never hide the refusal itself."""
     with contextlib.suppress(Exception):
         import multiprocessing
 
-        from qpnserve.dispatch.recorder import report_dir_from_env
+        from qpnserve.dispatch.recorder import rank_report_dir
         from qpnserve.route_report import RouteRefusal, write_refusal
 
+        raw_flag = settings.route_flag
         refusal = RouteRefusal(
-            route_flag=repr(raw_flag) if raw_flag not in ("0", "1") else raw_flag,
+            route_flag=raw_flag if raw_flag in ROUTE_FLAG_VALUES else repr(raw_flag),
             process=multiprocessing.current_process().name,
             pid=os.getpid(),
             reason=exc.message,
         )
-        write_refusal(report_dir_from_env(), refusal)
+        write_refusal(rank_report_dir(settings), refusal)

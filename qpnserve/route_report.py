@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from qpnserve.config import RouteFlagValue
 from qpnserve.errors import StateError
 from qpnserve.fsutil import atomic_write_text
 from qpnserve.host import HostKind
@@ -51,7 +51,7 @@ class LayerDecision(BaseModel):
 
 class RouteReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
-    route_flag: Literal["0", "1"]
+    route_flag: RouteFlagValue
     host_kind: HostKind
     host_version: str
     patch_id: str | None  # None on a native host (nothing patched)

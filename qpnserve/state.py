@@ -25,6 +25,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from qpnserve import config
+from qpnserve.config import RouteFlagValue
 from qpnserve.errors import ConflictError, StateError
 from qpnserve.fsutil import atomic_write_text
 from qpnserve.host import HostKind
@@ -52,9 +53,9 @@ class DesiredState(BaseModel):
     include_plugin: bool = True  # False after `rollback --unpatch`: the plugin stays out
     model: str | None = None
     served_model_name: str | None = None
-    tp: int = 4
-    host: str = "127.0.0.1"
-    port: int = 8000
+    tp: int = config.DEFAULT_TP
+    host: str = config.DEFAULT_HOST
+    port: int = config.DEFAULT_PORT
     extra_args: list[str] = Field(default_factory=list)
     server_module: str | None = None  # None = the default host module
     # The last server had an API key (never stored): a restart without one would serve openly.
@@ -76,7 +77,7 @@ class RunningState(BaseModel):
     argv: list[str]
     env: dict[str, str | None]  # only the variables that decide the route; None = unset
     cwd: str
-    route_flag: Literal["0", "1"]
+    route_flag: RouteFlagValue  # awq_m1 as the server's environment had it
     include_plugin: bool
     host_kind: HostKind
     host_version: str | None = None
@@ -101,6 +102,11 @@ class RunningState(BaseModel):
     def base_url(self) -> str:
         return f"http://{client_host(self.host)}:{self.port}"
 
+    @property
+    def awq_m1(self) -> bool:
+        """The route this server was started with (its ``route_flag``)."""
+        return self.route_flag == config.route_flag_value(True)
+
 
 def client_host(host: str) -> str:
     """Where a local client connects to reach a server bound on ``host``."""
@@ -111,9 +117,9 @@ def client_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def ensure_state_dir(path: Path | None = None) -> Path:
+def ensure_state_dir(path: Path) -> Path:
     """Create the state directory (0700) and tighten it if it is readable by others."""
-    root = path or config.state_dir()
+    root = path
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         mode = stat.S_IMODE(root.stat().st_mode)

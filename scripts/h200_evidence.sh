@@ -26,7 +26,7 @@ if [[ $STEPS == *" build "* ]]; then
   step "build: the operator and the bench extension, side by side"
   timeout 300 python3 -m qpnserve build --json >"$OUT/build.json" 2>"$OUT/build.log" &
   op_pid=$!
-  timeout 300 python3 -c "from qpnserve.kernels.build import build; print(build(target='bench', progress=print))" \
+  timeout 300 python3 -c "from qpnserve.config import load_settings; from qpnserve.kernels.build import build; print(build(target='bench', progress=print, build_dir=load_settings().build_dir))" \
     >"$OUT/build_bench.log" 2>&1 &
   bench_pid=$!
   wait $op_pid; echo "op rc=$?"; wait $bench_pid; echo "bench rc=$?"

@@ -49,7 +49,7 @@ def cpu_extension(pytestconfig: pytest.Config):  # -> BuildResult
     if current is not None:
         return current
     with _build_dir(_test_build_dir(pytestconfig)):
-        return build.build(cpu_only=True)
+        return build.build(cpu_only=True, build_dir=_test_build_dir(pytestconfig))
 
 
 @pytest.fixture(scope="session")
@@ -67,4 +67,4 @@ def cuda_extension(pytestconfig: pytest.Config):  # -> BuildResult
             pytest.fail("a CPU-only build was loaded first; run the gpu tests in their own process")
         return current
     with _build_dir(_test_build_dir(pytestconfig)):
-        return build.build(progress=print)
+        return build.build(progress=print, build_dir=_test_build_dir(pytestconfig))

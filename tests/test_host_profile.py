@@ -42,9 +42,7 @@ ARGV = ["python", "-m", "srv", "--model", "/m", "--tensor-parallel-size", "4", "
 def test_every_launch_default_of_qpnserve_has_exactly_one_row() -> None:
     arguments = {d.family[0] for d in SERVER_DEFAULTS}
     written = set(
-        build_env(
-            {}, route_on=True, include_plugin=True, report_dir=Path("/r"), installed_plugins=()
-        )
+        build_env({}, awq_m1=True, include_plugin=True, report_dir=Path("/r"), installed_plugins=())
     )
     rows = [(r.kind, r.key) for r in LAUNCH_DEFAULTS]
     assert sorted(rows) == sorted(

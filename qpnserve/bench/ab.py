@@ -23,6 +23,7 @@ from qpnserve.bench.smoke import SmokeOptions, SmokeOutcome, run_smoke
 from qpnserve.errors import ConflictError, QpnError, StateError
 
 if TYPE_CHECKING:
+    from qpnserve.config import Settings
     from qpnserve.lifecycle import StatusReport, UpOptions
     from qpnserve.state import DesiredState, RunningState
 
@@ -53,17 +54,16 @@ class AbResult:
     out_dir: Path
 
 
-def default_out_dir() -> Path:
-    from qpnserve.config import state_dir
+def default_out_dir(state_dir: Path) -> Path:
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return state_dir() / "bench" / f"ab-{stamp}"
+    return state_dir / "bench" / f"ab-{stamp}"
 
 
-def _restore_desired(desired: DesiredState | None) -> None:
+def _restore_desired(state_dir: Path, desired: DesiredState | None) -> None:
     from qpnserve.state import DESIRED_FILE, ensure_state_dir, locked, write_desired
 
-    root = ensure_state_dir()
+    root = ensure_state_dir(state_dir)
     with locked(root):
         if desired is not None:
             write_desired(root, desired)
@@ -71,15 +71,18 @@ def _restore_desired(desired: DesiredState | None) -> None:
             (root / DESIRED_FILE).unlink(missing_ok=True)
 
 
-def default_hooks(progress: Progress) -> AbHooks:
+def default_hooks(progress: Progress, settings: Settings) -> AbHooks:
     from qpnserve import lifecycle
+    from qpnserve.auth import api_key_from_env
 
     return AbHooks(
-        status=lifecycle.status,
-        up=lambda opts: lifecycle.up(opts, progress=progress),
-        down=lambda timeout_s: lifecycle.down(timeout_s, progress=progress),
-        smoke=lambda opts, say: run_smoke(opts, progress=say),
-        restore_desired=_restore_desired,
+        status=lambda: lifecycle.status(settings=settings),
+        up=lambda opts: lifecycle.up(opts, progress=progress, settings=settings),
+        down=lambda timeout_s: lifecycle.down(timeout_s, progress=progress, settings=settings),
+        smoke=lambda opts, say: run_smoke(
+            opts, progress=say, api_key=api_key_from_env(settings.environ)
+        ),
+        restore_desired=lambda desired: _restore_desired(settings.state_dir, desired),
     )
 
 
@@ -92,7 +95,7 @@ def _found_options(found: StatusReport, base: UpOptions) -> UpOptions | None:
     return dataclasses.replace(
         base,
         model=Path(desired.model if desired and desired.model else running.model),
-        awq_m1=desired.awq_m1 if desired else running.route_flag == "1",
+        awq_m1=desired.awq_m1 if desired else running.awq_m1,
         include_plugin=desired.include_plugin if desired else running.include_plugin,
         tp=desired.tp if desired else running.tp,
         host=desired.host if desired else running.host,
@@ -104,8 +107,8 @@ def _found_options(found: StatusReport, base: UpOptions) -> UpOptions | None:
     )
 
 
-def run_ab(opts: AbOptions, progress: Progress, hooks: AbHooks | None = None) -> AbResult:
-    hooks = hooks or default_hooks(progress)
+def run_ab(opts: AbOptions, progress: Progress, hooks: AbHooks) -> AbResult:
+    """``hooks``: the effects (default_hooks(progress, settings) for the real ones)."""
     found = hooks.status()
     if found.server in ("starting", "stopping"):
         raise ConflictError(
@@ -120,12 +123,12 @@ def run_ab(opts: AbOptions, progress: Progress, hooks: AbHooks | None = None) ->
     reports: dict[str, BenchReport] = {}
     running_arm: UpOptions | None = None
     try:
-        for label, route_on in ARMS:
-            arm = dataclasses.replace(opts.up, awq_m1=route_on, detach=True)
+        for label, awq_m1 in ARMS:
+            arm = dataclasses.replace(opts.up, awq_m1=awq_m1, detach=True)
             if running_arm is not None:
                 hooks.down(opts.up.stop_timeout_s)
                 running_arm = None
-            progress(f"{label}: starting the server with the route {'on' if route_on else 'off'}")
+            progress(f"{label}: starting the server with the route {'on' if awq_m1 else 'off'}")
             state = hooks.up(arm)
             running_arm = arm
             smoke_opts = dataclasses.replace(

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import httpx
 
 from qpnserve import __version__
-from qpnserve.auth import api_key_from_env, auth_headers
+from qpnserve.auth import auth_headers
 from qpnserve.bench.client import probe_server, request_body, run_wave
 from qpnserve.bench.models import (
     BenchReport,
@@ -80,9 +80,15 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
         ) from None
 
 
-def run_smoke(opts: SmokeOptions, progress: Callable[[str], None] = lambda _: None) -> SmokeOutcome:
+def run_smoke(
+    opts: SmokeOptions,
+    progress: Callable[[str], None] = lambda _: None,
+    *,
+    api_key: str | None = None,
+) -> SmokeOutcome:
+    """``api_key``: $VLLM_API_KEY from the settings (None: no key sent)."""
     validate(opts)
-    return asyncio.run(_run(opts, progress))
+    return asyncio.run(_run(opts, progress, api_key))
 
 
 def _now_iso() -> str:
@@ -116,12 +122,14 @@ def _wave_failure(wave: Sequence[StreamRecord], where: str) -> QpnError | None:
     )
 
 
-async def _run(opts: SmokeOptions, progress: Callable[[str], None]) -> SmokeOutcome:
+async def _run(
+    opts: SmokeOptions, progress: Callable[[str], None], api_key: str | None
+) -> SmokeOutcome:
     started_at = _now_iso()
     slots = max(opts.concurrency) + 2
     timeout = httpx.Timeout(opts.request_timeout_s, connect=10.0)
     limits = httpx.Limits(max_connections=slots, max_keepalive_connections=slots)
-    headers = auth_headers(api_key_from_env())
+    headers = auth_headers(api_key)
     async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers) as client:
         server = await probe_server(client, opts.url, opts.model)
         _check_fits(opts, server.max_model_len)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 from collections.abc import Callable
@@ -13,7 +12,6 @@ import torch
 from qpnserve.benchop import hostop
 from qpnserve.benchop.report import DeviceFacts
 from qpnserve.benchop.runner import BenchOps
-from qpnserve.config import GIT_COMMIT
 from qpnserve.errors import BenchError
 
 COPY_BYTES = 1 << 30  # far above the 60 MB L2 of an H200 (6 MB on a V100)
@@ -77,9 +75,9 @@ def copy_gb_s(device: torch.device, repeats: int = 10) -> float:
     return 2 * COPY_BYTES / (statistics.median(times_ms) * 1e-3) / 1e9
 
 
-def git_commit() -> str:
-    """$QPNSERVE_GIT_COMMIT, else the checkout's HEAD (with +dirty), else 'unknown'."""
-    recorded = os.environ.get(GIT_COMMIT.name)
+def git_commit(recorded: str | None) -> str:
+    """``recorded`` ($QPNSERVE_GIT_COMMIT), else the checkout's HEAD (with +dirty), else
+    'unknown'."""
     if recorded:
         return recorded
     root = Path(__file__).resolve().parents[2]
@@ -97,7 +95,7 @@ def git_commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def device_facts(device: torch.device) -> DeviceFacts:
+def device_facts(device: torch.device, recorded_commit: str | None) -> DeviceFacts:
     props = torch.cuda.get_device_properties(device)
     facts = DeviceFacts(
         gpu_name=props.name,
@@ -107,7 +105,7 @@ def device_facts(device: torch.device) -> DeviceFacts:
         mem_gib=props.total_memory / 2**30,
         torch_version=torch.__version__,
         cuda_version=torch.version.cuda,
-        git_commit=git_commit(),
+        git_commit=git_commit(recorded_commit),
     )
     try:  # clocks are best effort: NVML may be missing or restricted
         import pynvml
@@ -142,8 +140,11 @@ def cuda_ops(
     device: torch.device,
     load_extension: Callable[[], object],
     load_bench_extension: Callable[[], object],
+    recorded_commit: str | None = None,
 ) -> BenchOps:
-    """Load the operator and the bench extension (floor, derive) and wire the measurements."""
+    """Load the operator and the bench extension (floor, derive) and wire the measurements.
+
+    recorded_commit: $QPNSERVE_GIT_COMMIT from the settings (a copy without .git)."""
     if not torch.cuda.is_available():
         raise BenchError(
             "bench op needs a CUDA GPU, and torch sees none",
@@ -174,7 +175,7 @@ def cuda_ops(
         derive=bench_ns.derive_input_m1,
         timer=timer,
         copy_gb_s=lambda: copy_gb_s(device),
-        facts=lambda: device_facts(device),
+        facts=lambda: device_facts(device, recorded_commit),
         # The operator has no programmatic dependent launch (one cooperative launch), so the
         # floor it is measured against is launched without it too.
         pdl_supported=False,

@@ -2,7 +2,10 @@
 
 - data goes to stdout (``--json`` prints one JSON document), messages to stderr;
 - the library raises QpnError subclasses; only here do they become a one-line message, a
-  one-line hint and a documented exit code (errors.ExitCode), never a traceback.
+  one-line hint and a documented exit code (errors.ExitCode), never a traceback;
+- the settings (qpnserve.config) are read here, once per invocation, in the root callback that
+  runs before every command (also under typer's CliRunner, which never calls ``main``); a
+  command takes them with ``settings(ctx)`` and passes them down.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, TypeVar
 import typer
 
 from qpnserve import __version__
+from qpnserve.config import Settings, load_settings
 from qpnserve.errors import ExitCode, QpnError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,8 +87,18 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
     ),
 ) -> None:
     """qpnserve: the AWQ M1 decode route for 1Cat-vLLM on 4x V100."""
+    ctx.obj = load_settings()
+
+
+def settings(ctx: typer.Context) -> Settings:
+    """The settings the root callback read for this invocation."""
+    found = ctx.find_root().obj
+    if not isinstance(found, Settings):  # a command invoked without the app's root callback
+        raise RuntimeError("qpnserve's settings are read by the root callback of cli.app")
+    return found

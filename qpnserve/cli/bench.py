@@ -17,7 +17,8 @@ import typer
 if TYPE_CHECKING:
     from qpnserve.bench.smoke import SmokeOptions
 
-from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
+from qpnserve import config
+from qpnserve.cli.app import bench_app, emit_json, handles_errors, message, settings
 from qpnserve.config import (
     BENCH_URL,
     HOST,
@@ -30,8 +31,6 @@ from qpnserve.config import (
     UP_TIMEOUT,
 )
 
-DEFAULT_URL = "http://127.0.0.1:8000"
-
 _CONCURRENCY_HELP = "Comma-separated concurrency cells; each is a wave of C requests sent together."
 _PROMPT_TOKENS_HELP = "Generate a frozen prompt of N token ids (default 128)."
 _PROMPT_FILE_HELP = "Prompt from a file: token ids (JSON list or whitespace/commas) or text."
@@ -42,23 +41,21 @@ def normalize_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-def resolve_url(url: str | None) -> str:
+def resolve_url(url: str | None, state_dir: Path) -> str:
     """--url / $QPNSERVE_URL, else the server `qpnserve up` recorded, else the vLLM default."""
     if url:
         return normalize_url(url)
-    from qpnserve.config import state_dir
     from qpnserve.errors import QpnError
     from qpnserve.state import read_running
 
     try:
-        root = state_dir()
-        running = read_running(root) if root.is_dir() else None
+        running = read_running(state_dir) if state_dir.is_dir() else None
     except QpnError:  # a corrupt state file is `status`'s to report, not a reason to stop here
         running = None
     if running is not None:
         message(f"using the server qpnserve started: {running.base_url}")
         return running.base_url
-    return DEFAULT_URL
+    return config.DEFAULT_URL
 
 
 def error_document(command: str, exc: BaseException) -> dict[str, Any]:
@@ -140,11 +137,13 @@ def _smoke_options(
 @bench_app.command("smoke")
 @handles_errors
 def smoke(
+    ctx: typer.Context,
     url: str | None = typer.Option(
         None,
         "--url",
         envvar=BENCH_URL.name,
-        help=f"Server base URL (default: the one `qpnserve up` started, else {DEFAULT_URL}).",
+        help="Server base URL (default: the one `qpnserve up` started, "
+        f"else {config.DEFAULT_URL}).",
     ),
     model: str | None = typer.Option(
         None, "--model", envvar=SERVED_MODEL.name, help="Served model name (default: the first)."
@@ -166,7 +165,7 @@ def smoke(
 
     with json_failures(as_json, "bench smoke"):
         opts = _smoke_options(
-            resolve_url(url),
+            resolve_url(url, settings(ctx).state_dir),
             model,
             concurrency,
             output_tokens,
@@ -177,7 +176,10 @@ def smoke(
             request_timeout_s,
             label,
         )
-        outcome = run_smoke(opts, progress=message)
+        from qpnserve.auth import api_key_from_env
+
+        key = api_key_from_env(settings(ctx).environ)
+        outcome = run_smoke(opts, progress=message, api_key=key)
     message(smoke_table(outcome.report))
     if as_json:  # the report (partial when the run stopped early) is this run's one document
         emit_json(outcome.report)
@@ -212,13 +214,14 @@ def compare(
 @bench_app.command("ab", context_settings={"allow_interspersed_args": False})
 @handles_errors
 def ab(
+    ctx: typer.Context,
     extra_args: list[str] | None = typer.Argument(
         None, metavar="[-- VLLM_ARGS...]", help="Extra server args for both arms."
     ),
     model: Path = typer.Option(..., "--model", envvar=MODEL.name, help="Checkpoint directory."),
-    tp: int = typer.Option(4, "--tp", envvar=TP.name),
-    host: str = typer.Option("127.0.0.1", "--host", envvar=HOST.name),
-    port: int = typer.Option(8000, "--port", envvar=PORT.name),
+    tp: int = typer.Option(config.DEFAULT_TP, "--tp", envvar=TP.name),
+    host: str = typer.Option(config.DEFAULT_HOST, "--host", envvar=HOST.name),
+    port: int = typer.Option(config.DEFAULT_PORT, "--port", envvar=PORT.name),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
     concurrency: str = typer.Option("1,4,8", "--concurrency", help=_CONCURRENCY_HELP),
     output_tokens: int = typer.Option(320, "--output-tokens"),
@@ -228,10 +231,16 @@ def ab(
     rounds: int = typer.Option(1, "--rounds"),
     request_timeout_s: float = typer.Option(600.0, "--request-timeout-s"),
     up_timeout_s: float = typer.Option(
-        1800.0, "--up-timeout-s", envvar=UP_TIMEOUT.name, help="Readiness deadline per start."
+        config.DEFAULT_UP_TIMEOUT_S,
+        "--up-timeout-s",
+        envvar=UP_TIMEOUT.name,
+        help="Readiness deadline per start.",
     ),
     stop_timeout_s: float = typer.Option(
-        60.0, "--stop-timeout-s", envvar=STOP_TIMEOUT.name, help="Grace before SIGKILL."
+        config.DEFAULT_STOP_TIMEOUT_S,
+        "--stop-timeout-s",
+        envvar=STOP_TIMEOUT.name,
+        help="Grace before SIGKILL.",
     ),
     server_module: str | None = typer.Option(
         None,
@@ -245,11 +254,12 @@ def ab(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
     """Route off, smoke; route on, smoke; compare. Leaves the server as it found it."""
-    from qpnserve.bench.ab import AbOptions, default_out_dir, run_ab
+    from qpnserve.bench.ab import AbOptions, default_hooks, default_out_dir, run_ab
     from qpnserve.bench.render import compare_table
     from qpnserve.lifecycle import UpOptions
 
-    where = out_dir or default_out_dir()
+    found = settings(ctx)
+    where = out_dir or default_out_dir(found.state_dir)
     with json_failures(as_json, "bench ab", {"out_dir": str(where)}):
         smoke_opts = _smoke_options(
             "",  # the URL is filled per arm from the started server
@@ -276,7 +286,7 @@ def ab(
         if server_module:
             up_opts.server_module = server_module
         opts = AbOptions(up=up_opts, smoke=smoke_opts, out_dir=where)
-        result = run_ab(opts, progress=message)
+        result = run_ab(opts, progress=message, hooks=default_hooks(message, found))
     message(compare_table(result.comparison))
     message(f"reports: {result.out_dir}")
     if as_json:

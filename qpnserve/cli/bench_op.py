@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, cast
 
 import typer
 
-from qpnserve.cli.app import bench_app, emit_json, handles_errors, message
+from qpnserve.cli.app import bench_app, emit_json, handles_errors, message, settings
 from qpnserve.cli.build import json_failures
-from qpnserve.config import BENCH_OP_FORMAT, BENCH_OP_ITERS, BENCH_OP_LAYERS
+from qpnserve.config import BENCH_OP_FORMAT, BENCH_OP_ITERS, BENCH_OP_LAYERS, Settings
 from qpnserve.geometry import NUM_MOE_LAYERS
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ TRACE_REPEATS = 5
 @bench_app.command("op")
 @handles_errors
 def bench_op(
+    ctx: typer.Context,
     fmt: str = typer.Option(
         "4byte", "--format", envvar=BENCH_OP_FORMAT.name, help="Metadata format: 4byte or 3byte."
     ),
@@ -69,7 +70,9 @@ def bench_op(
     """Time the op per layer in a CUDA graph against the read floor, the copy bandwidth, a plain
     PyTorch route and an FP16 cuBLAS baseline; refuse to time a wrong result."""
     with json_failures(as_json, "bench op"):
-        _bench_op(fmt, layers, iters, rounds, seed, op_path, prefetch_floor, trace, as_json)
+        _bench_op(
+            fmt, layers, iters, rounds, seed, op_path, prefetch_floor, trace, as_json, settings(ctx)
+        )
 
 
 def _check_options(fmt: str, op_path: str, layers: int, iters: int, rounds: int) -> None:
@@ -97,6 +100,7 @@ def _bench_op(
     prefetch_floor: bool,
     trace: Path | None,
     as_json: bool,
+    found: Settings,
 ) -> None:
     from qpnserve.errors import BenchError
     from qpnserve.kernels import toolchain
@@ -114,8 +118,9 @@ def _bench_op(
     device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
     ops = cuda_ops(
         device,
-        lambda: build(progress=message),
-        lambda: build(progress=message, target="bench"),
+        lambda: build(progress=message, build_dir=found.build_dir),
+        lambda: build(progress=message, target="bench", build_dir=found.build_dir),
+        recorded_commit=found.git_commit,
     )
     meta_format = cast("MetaFormat", fmt)
     cfg = BenchConfig(

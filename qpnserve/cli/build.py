@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from qpnserve.cli.app import app, emit_json, handles_errors, message
+from qpnserve.cli.app import app, emit_json, handles_errors, message, settings
 
 
 def error_document(command: str, exc: BaseException) -> dict[str, Any]:
@@ -45,6 +45,7 @@ def json_failures(as_json: bool, command: str) -> Iterator[None]:
 @app.command()
 @handles_errors
 def build(
+    ctx: typer.Context,
     arch: str | None = typer.Option(
         None,
         "--arch",
@@ -63,7 +64,13 @@ def build(
     from qpnserve.kernels.build import build as build_extension
 
     with json_failures(as_json, "build"):
-        result = build_extension(arch_list=arch, force=force, cpu_only=cpu_only, progress=message)
+        result = build_extension(
+            arch_list=arch,
+            force=force,
+            cpu_only=cpu_only,
+            progress=message,
+            build_dir=settings(ctx).build_dir,
+        )
     if as_json:
         emit_json(result.to_json())
         return

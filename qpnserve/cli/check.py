@@ -10,21 +10,25 @@ from pathlib import Path
 
 import typer
 
-from qpnserve.cli.app import app, emit_json, handles_errors, message
+from qpnserve import config
+from qpnserve.cli.app import app, emit_json, handles_errors, message, settings
 from qpnserve.errors import ExitCode, UsageError
 
 
 @app.command()
 @handles_errors
 def check(
+    ctx: typer.Context,
     model: Path | None = typer.Option(
         None,
         "--model",
         "-m",
-        envvar="QPNSERVE_MODEL",
+        envvar=config.MODEL.name,
         help="Checkpoint directory to vet (config.json, index, *.safetensors); headers only.",
     ),
-    tp: int = typer.Option(4, "--tp", envvar="QPNSERVE_TP", help="Tensor-parallel size."),
+    tp: int = typer.Option(
+        config.DEFAULT_TP, "--tp", envvar=config.TP.name, help="Tensor-parallel size."
+    ),
     only: str | None = typer.Option(
         None,
         "--only",
@@ -51,12 +55,10 @@ def check(
         raise UsageError(
             "--only checkpoint needs --model", hint="qpnserve check --only checkpoint --model DIR"
         )
-    report = run_preflight(model, tp=tp, groups=groups, awq_m1=awq_m1)
-    import os
-
+    report = run_preflight(model, settings=settings(ctx), tp=tp, groups=groups, awq_m1=awq_m1)
     from qpnserve.lifecycle.guards_probe import with_guard_rows
 
-    report = with_guard_rows(report, os.environ, tp, model)
+    report = with_guard_rows(report, settings(ctx).environ, tp, model)
     if as_json:
         emit_json(report)
     else:

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import typer
 
-from qpnserve.cli.app import app, emit_json, handles_errors
+from qpnserve.cli.app import app, emit_json, handles_errors, settings
 
 
 @app.command()
 @handles_errors
 def report(
+    ctx: typer.Context,
     out: Path | None = typer.Option(
         None, "--out", help="Archive path (default: qpnserve-report-<UTC time>.tar.gz here)."
     ),
@@ -30,7 +31,7 @@ def report(
 
     if log_lines < 0:
         raise UsageError(f"--log-lines must be >= 0, got {log_lines}")
-    result = write_report(out, log_lines, url)
+    result = write_report(out, log_lines, url, settings=settings(ctx))
     if json_out:
         emit_json(result)
         return

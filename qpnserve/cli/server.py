@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from qpnserve import config
-from qpnserve.cli.app import app, emit_json, handles_errors, message
+from qpnserve.cli.app import app, emit_json, handles_errors, message, settings
 
 if TYPE_CHECKING:
     from qpnserve.lifecycle import PlanView, StatusReport
@@ -24,6 +24,7 @@ _JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 @app.command(context_settings={"allow_interspersed_args": False})
 @handles_errors
 def up(
+    ctx: typer.Context,
     extra_args: list[str] | None = typer.Argument(
         None, metavar="[-- VLLM_ARGS...]", help="Extra server args; they override the defaults."
     ),
@@ -35,18 +36,26 @@ def up(
     model: Path | None = typer.Option(
         None, "--model", envvar=config.MODEL.name, help="Checkpoint directory (default: desired)."
     ),
-    tp: int = typer.Option(4, "--tp", envvar=config.TP.name, help="Tensor-parallel size."),
-    host: str = typer.Option("127.0.0.1", "--host", envvar=config.HOST.name),
-    port: int = typer.Option(8000, "--port", envvar=config.PORT.name),
+    tp: int = typer.Option(
+        config.DEFAULT_TP, "--tp", envvar=config.TP.name, help="Tensor-parallel size."
+    ),
+    host: str = typer.Option(config.DEFAULT_HOST, "--host", envvar=config.HOST.name),
+    port: int = typer.Option(config.DEFAULT_PORT, "--port", envvar=config.PORT.name),
     served_model_name: str | None = typer.Option(
         None, "--served-model-name", help="Default: the checkpoint directory's name."
     ),
     detach: bool = typer.Option(False, "--detach", help="Return once ready; the server stays."),
     timeout_s: float = typer.Option(
-        1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Readiness deadline."
+        config.DEFAULT_UP_TIMEOUT_S,
+        "--timeout-s",
+        envvar=config.UP_TIMEOUT.name,
+        help="Readiness deadline.",
     ),
     stop_timeout_s: float = typer.Option(
-        60.0, "--stop-timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
+        config.DEFAULT_STOP_TIMEOUT_S,
+        "--stop-timeout-s",
+        envvar=config.STOP_TIMEOUT.name,
+        help="Grace before SIGKILL.",
     ),
     dry_run: bool = typer.Option(
         False,
@@ -74,8 +83,10 @@ def up(
     from qpnserve import lifecycle
     from qpnserve.errors import ExitCode, PreflightError, QpnError
 
+    found = settings(ctx)
     try:
         opts, route_note = lifecycle.resolve_up_options(
+            settings=found,
             model=model,
             awq_m1=awq_m1,
             tp=tp,
@@ -91,13 +102,13 @@ def up(
         if route_note:
             message(route_note)
         if dry_run:  # its checks' error comes back with the plan, which is its document
-            checked = lifecycle.dry_run(opts, progress=message)
+            checked = lifecycle.dry_run(opts, progress=message, settings=found)
         else:
             if verify_first:  # before anything starts: a failure leaves no server
                 from qpnserve.verify.gate import verify_before_up
 
-                verify_before_up(opts, progress=message)
-            running = lifecycle.up(opts, progress=message)
+                verify_before_up(opts, progress=message, settings=found)
+            running = lifecycle.up(opts, progress=message, settings=found)
     except QpnError as exc:  # options, the build, a conflict, the server: still one document
         if json_out:
             report = exc.report if isinstance(exc, PreflightError) else None
@@ -174,8 +185,12 @@ def _print_plan(view: PlanView, json_out: bool) -> None:
 @app.command()
 @handles_errors
 def down(
+    ctx: typer.Context,
     timeout_s: float = typer.Option(
-        60.0, "--timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
+        config.DEFAULT_STOP_TIMEOUT_S,
+        "--timeout-s",
+        envvar=config.STOP_TIMEOUT.name,
+        help="Grace before SIGKILL.",
     ),
     json_out: bool = _JSON,
 ) -> None:
@@ -183,7 +198,7 @@ def down(
     no process of the group is left, clear the running state."""
     from qpnserve import lifecycle
 
-    result = lifecycle.down(timeout_s, progress=message)
+    result = lifecycle.down(timeout_s, progress=message, settings=settings(ctx))
     if not result.stopped and result.pid is None:
         message("no server recorded: nothing to stop")
     if json_out:
@@ -193,6 +208,7 @@ def down(
 @app.command()
 @handles_errors
 def status(
+    ctx: typer.Context,
     url: str | None = typer.Option(
         None,
         "--url",
@@ -206,15 +222,16 @@ def status(
     from qpnserve import lifecycle
 
     if url:
+        from qpnserve.auth import api_key_from_env
         from qpnserve.lifecycle.remote import url_status
 
-        seen = url_status(url)
+        seen = url_status(url, api_key=api_key_from_env(settings(ctx).environ))
         if json_out:
             emit_json(seen)
         else:
             typer.echo(render_url_status(seen))
         return
-    report = lifecycle.status()
+    report = lifecycle.status(settings=settings(ctx))
     if json_out:
         emit_json(report)
         return
@@ -306,13 +323,20 @@ def _on(value: bool) -> str:
 @app.command()
 @handles_errors
 def rollback(
+    ctx: typer.Context,
     restart: bool = typer.Option(False, "--restart", help="Then `down` and `up` without it."),
     unpatch: bool = typer.Option(False, "--unpatch", help="Also leave qpnserve's plugin out."),
     timeout_s: float = typer.Option(
-        1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Readiness deadline (restart)."
+        config.DEFAULT_UP_TIMEOUT_S,
+        "--timeout-s",
+        envvar=config.UP_TIMEOUT.name,
+        help="Readiness deadline (restart).",
     ),
     stop_timeout_s: float = typer.Option(
-        60.0, "--stop-timeout-s", envvar=config.STOP_TIMEOUT.name, help="Grace before SIGKILL."
+        config.DEFAULT_STOP_TIMEOUT_S,
+        "--stop-timeout-s",
+        envvar=config.STOP_TIMEOUT.name,
+        help="Grace before SIGKILL.",
     ),
     json_out: bool = _JSON,
 ) -> None:
@@ -326,6 +350,7 @@ def rollback(
         stop_timeout_s=stop_timeout_s,
         up_timeout_s=timeout_s,
         progress=message,
+        settings=settings(ctx),
     )
     if json_out:
         emit_json(result)

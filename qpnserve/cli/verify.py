@@ -13,12 +13,13 @@ from pathlib import Path
 import typer
 
 from qpnserve import config
-from qpnserve.cli.app import app, emit_json, handles_errors, message
+from qpnserve.cli.app import app, emit_json, handles_errors, message, settings
 
 
 @app.command()
 @handles_errors
 def verify(
+    ctx: typer.Context,
     model: Path | None = typer.Option(
         None, "--model", "-m", envvar=config.MODEL.name, help="Checkpoint directory."
     ),
@@ -47,11 +48,19 @@ def verify(
         "(gate-up-concat or zero-point-off-by-one); verify must exit 7 naming that layer.",
     ),
     host: str = typer.Option(
-        "127.0.0.1", "--host", envvar=config.HOST.name, help="Live: the address the server binds."
+        config.DEFAULT_HOST,
+        "--host",
+        envvar=config.HOST.name,
+        help="Live: the address the server binds.",
     ),
-    port: int = typer.Option(8000, "--port", envvar=config.PORT.name, help="Live: its port."),
+    port: int = typer.Option(
+        config.DEFAULT_PORT, "--port", envvar=config.PORT.name, help="Live: its port."
+    ),
     timeout_s: float = typer.Option(
-        1800.0, "--timeout-s", envvar=config.UP_TIMEOUT.name, help="Live: readiness deadline."
+        config.DEFAULT_UP_TIMEOUT_S,
+        "--timeout-s",
+        envvar=config.UP_TIMEOUT.name,
+        help="Live: readiness deadline.",
     ),
     server_module: str = typer.Option(
         config.DEFAULT_SERVER_MODULE,
@@ -78,7 +87,7 @@ def verify(
             from qpnserve.verify.offline import default_plan, run_offline
 
             plan = default_plan(model, layers, prefixes, meta_format, fault, device)
-            report = run_offline(plan, progress=message)
+            report = run_offline(plan, progress=message, build_dir=settings(ctx).build_dir)
         else:
             offline_only = {"--break": fault, "--meta-format": meta_format != "both"}
             offline_only["--device"] = device != "auto"
@@ -93,7 +102,9 @@ def verify(
                 "timeout_s": timeout_s,
                 "server_module": server_module,
             }
-            report = run_live(model, layers, prefixes, up_fields, message, quality=quality)
+            report = run_live(
+                model, layers, prefixes, up_fields, message, quality=quality, settings=settings(ctx)
+            )
     except QpnError as exc:
         if as_json:  # one JSON document on stdout, failures included
             emit_json(

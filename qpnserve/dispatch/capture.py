@@ -1,7 +1,7 @@
 """Live verify's capture: the real inputs and outputs of the wrapped one-token MoE call, per rank.
 
 Active only when `qpnserve verify` (live mode) starts the server with
-$QPNSERVE_VERIFY_CAPTURE_DIR set; otherwise ``capture_from_env`` returns None and the wrapped
+$QPNSERVE_VERIFY_CAPTURE_DIR set; otherwise ``capture_from_settings`` is None and the wrapped
 call does nothing more than before. Live verify serves eagerly (no CUDA graphs), so the layer's
 Python runs on every decode step.
 
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qpnserve.config import VERIFY_CAPTURE_DIR
+from qpnserve.config import Settings
 from qpnserve.dispatch.recorder import layer_name, tp_rank_and_size
 
 logger = logging.getLogger("vllm.qpnserve_awq_m1")
@@ -112,6 +112,7 @@ def _graph_capturing(tensor: Any) -> bool:
     return bool(torch.cuda.is_current_stream_capturing())
 
 
-def capture_from_env() -> Capture | None:
-    raw = os.environ.get(VERIFY_CAPTURE_DIR.name)
-    return Capture(Path(raw)) if raw else None
+def capture_from_settings(settings: Settings) -> Capture | None:
+    """This rank's capture when live `verify` asked for one, else None."""
+    directory = settings.verify_capture_dir
+    return Capture(directory) if directory is not None else None

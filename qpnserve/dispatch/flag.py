@@ -5,7 +5,7 @@ Stdlib only: the plugin calls this in every vLLM process before deciding whether
 
 from __future__ import annotations
 
-from qpnserve.config import ROUTE_FLAG
+from qpnserve.config import ROUTE_FLAG, ROUTE_FLAG_VALUES
 from qpnserve.errors import DispatchError
 
 
@@ -15,10 +15,10 @@ def parse_route_flag(raw: str | None) -> bool:
     No trimming and no synonyms: " 1", "true", "" and "2" are errors, because a typo that
     silently meant "off" would look exactly like a route that gives nothing.
     """
-    if raw is None or raw == "0":
+    if raw is None:
         return False
-    if raw == "1":
-        return True
+    if raw in ROUTE_FLAG_VALUES:
+        return raw == ROUTE_FLAG_VALUES[1]
     raise DispatchError(
         f"{ROUTE_FLAG.name}={raw!r} is not an accepted value; accepted values are exactly "
         f"'0' (route off) and '1' (route on, fail closed)",

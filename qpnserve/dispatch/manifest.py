@@ -98,7 +98,7 @@ def load_manifest(path: Path | None = None) -> PatchManifest:
 def installed_fingerprints(manifest: PatchManifest, package_dir: Path) -> dict[str, str | None]:
     """Fingerprint each fingerprinted method of the installed host source (None: method absent).
 
-    ``package_dir`` is the installed ``vllm`` package directory (qpnserve.host.HostInfo).
+    ``package_dir`` is the installed ``vllm`` package directory (HostInfo.package_dir).
     """
     from qpnserve.host import fingerprint, method_source
 

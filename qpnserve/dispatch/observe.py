@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from qpnserve.dispatch.recorder import RouteRecorder, report_dir_from_env, tp_rank_and_size
+from qpnserve.dispatch.recorder import RouteRecorder, tp_rank_and_size
 from qpnserve.dispatch.wrap import install_observer
 from qpnserve.host import METHOD_CLASS, METHOD_MODULE, METHOD_MODULE_RELPATH, HostInfo
 from qpnserve.route_report import report_path
@@ -63,18 +63,18 @@ def native_host_class(package_dir: Path) -> type:
     return cls
 
 
-def observe_native(host: HostInfo) -> tuple[str, bool]:
+def observe_native(host: HostInfo, report_dir: Path) -> tuple[str, bool]:
     """Install the observer: ("observe", newly installed), or ("none", False) after one
     warning line when anything on the way fails."""
     try:
-        cls = native_host_class(host.package_dir)
+        cls = native_host_class(host.installed_dir)
         recorder = ObservingRecorder(
             route_flag="1",
             host_kind="native",
-            host_version=host.version,
+            host_version=host.version or "unknown",
             patch_id=None,
             build_key=None,
-            report_dir=report_dir_from_env(),
+            report_dir=report_dir,
         )
         return "observe", install_observer(cls, recorder=recorder)
     except Exception as exc:  # whatever the host's import raises: the server goes on

@@ -23,9 +23,9 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from qpnserve.config import REPORT_DIR, state_dir
+from qpnserve.config import RouteFlagValue, Settings
 from qpnserve.host import HostKind
 from qpnserve.route_report import CapturedGraph, LayerDecision, RouteReport, write_report
 
@@ -36,12 +36,10 @@ REPORTS_SUBDIR = "reports"  # the same folder qpnserve.state uses under the stat
 CAPTURE_FLUSH_S = 0.5  # gathers a capture pass's records into few writes; read per recorder
 
 
-def report_dir_from_env() -> Path:
-    """$QPNSERVE_REPORT_DIR (set by `qpnserve up`), else <state dir>/reports."""
-    override = os.environ.get(REPORT_DIR.name)
-    if override:
-        return Path(override).expanduser()
-    return state_dir() / REPORTS_SUBDIR
+def rank_report_dir(settings: Settings) -> Path:
+    """Where this rank writes: $QPNSERVE_REPORT_DIR (set by `qpnserve up`), else
+    <state dir>/reports."""
+    return settings.report_dir or settings.state_dir / REPORTS_SUBDIR
 
 
 def layer_name(layer: Any) -> str:
@@ -71,14 +69,14 @@ class RouteRecorder:
     def __init__(
         self,
         *,
-        route_flag: Literal["0", "1"],
+        route_flag: RouteFlagValue,
         host_kind: HostKind,
         host_version: str,
         patch_id: str | None,
         build_key: str | None,
         report_dir: Path,
     ) -> None:
-        self.route_flag: Literal["0", "1"] = route_flag
+        self.route_flag: RouteFlagValue = route_flag
         self.host_kind: HostKind = host_kind
         self.host_version = host_version
         self.patch_id = patch_id

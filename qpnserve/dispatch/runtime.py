@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qpnserve.config import ROUTE_FLAG
+from qpnserve.config import ROUTE_FLAG, Settings
+from qpnserve.dispatch.capture import capture_from_settings
 from qpnserve.dispatch.manifest import (
     PatchManifest,
     Target,
     load_manifest,
     verify_installed,
 )
-from qpnserve.dispatch.recorder import RouteRecorder, report_dir_from_env
+from qpnserve.dispatch.recorder import RouteRecorder, rank_report_dir
 from qpnserve.dispatch.wrap import Operator, applied_mode, install_patched
 from qpnserve.errors import DispatchError
 
@@ -40,12 +41,12 @@ class Activation:
     validated_as: str | None  # "<dist> <version>" of the matching validated build
 
 
-def load_operator() -> tuple[Operator, str, tuple[str, ...]]:
+def load_operator(build_dir: Path) -> tuple[Operator, str, tuple[str, ...]]:
     """Load the prebuilt extension (BuildError "... run `qpnserve build`" when missing or
     stale; never compiles) and return its op, build key and CUDA archs (() if CPU-only)."""
     from qpnserve.kernels.build import load
 
-    result = load()
+    result = load(build_dir=build_dir)
     import torch
 
     archs = tuple(result.arch_list) if result.with_cuda else ()
@@ -82,7 +83,9 @@ def check_signatures(cls: type, target: Target) -> None:
             )
 
 
-def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activation:
+def activate(
+    settings: Settings, manifest: PatchManifest | None = None, host: Any = None
+) -> Activation:
     """Apply the patch (patched host, fail closed) or the observer (native host, which never
     raises: qpnserve.dispatch.observe) for route flag "1"."""
     if host is None:
@@ -100,18 +103,18 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
     if host.kind == "native":
         from qpnserve.dispatch.observe import observe_native
 
-        mode, newly = observe_native(host)
+        mode, newly = observe_native(host, rank_report_dir(settings))
         return Activation("native", host.version, mode, newly, None, None)
 
     manifest = manifest or load_manifest()
     target = manifest.target
-    report_dir = report_dir_from_env()
-    build = verify_installed(host.package_dir, host.version, manifest, host.dist_name)
-    cls = import_host_class(target, host.package_dir)
+    report_dir = rank_report_dir(settings)
+    build = verify_installed(host.installed_dir, host.version, manifest, host.dist_name)
+    cls = import_host_class(target, host.installed_dir)
     if applied_mode(cls) is not None:  # a second register() in this process: nothing to do
         return Activation("patched", host.version, "patched", False, None, None)
     check_signatures(cls, target)
-    op, build_key, op_archs = load_operator()
+    op, build_key, op_archs = load_operator(settings.build_dir)
     recorder = RouteRecorder(
         route_flag="1",
         host_kind="patched",
@@ -120,7 +123,14 @@ def activate(manifest: PatchManifest | None = None, host: Any = None) -> Activat
         build_key=build_key,
         report_dir=report_dir,
     )
-    install_patched(cls, op=op, recorder=recorder, patch_id=manifest.id, op_archs=op_archs)
+    install_patched(
+        cls,
+        op=op,
+        recorder=recorder,
+        patch_id=manifest.id,
+        op_archs=op_archs,
+        capture=capture_from_settings(settings),  # live `verify` only; None when serving
+    )
     validated_as = f"{build.distribution} {build.version}"
     logger.info(
         "qpnserve AWQ M1 dispatch applied to %s.%s (%s, validated as %s; extension %s)",

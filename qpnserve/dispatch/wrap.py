@@ -27,7 +27,7 @@ from typing import Any
 
 from qpnserve.config import ROUTE_FLAG
 from qpnserve.dispatch import graphs
-from qpnserve.dispatch.capture import capture_from_env
+from qpnserve.dispatch.capture import Capture
 from qpnserve.dispatch.contract import (
     TOP_K,
     admission_failure,
@@ -65,9 +65,12 @@ def install_patched(
     recorder: RouteRecorder,
     patch_id: str,
     op_archs: tuple[str, ...] | None = None,
+    capture: Capture | None = None,
 ) -> bool:
     """Wrap the init and the hook and watch apply(); False (and nothing done) when the class
     is already patched.
+
+    ``capture``: live `verify`'s capture of the wrapped calls (None when serving).
 
     ``op_archs``: the loaded build's CUDA archs (() for a CPU-only build; None: not checked).
     """
@@ -104,7 +107,6 @@ def install_patched(
         return result
 
     warned: set[str] = set()
-    capture = capture_from_env()  # live `verify` only; None when serving
 
     @functools.wraps(original_hook)
     def _apply_legacy_single_token_compact(

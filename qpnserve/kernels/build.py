@@ -3,10 +3,10 @@
 Two libraries come from csrc/: the operator (target "op": what ``qpnserve build`` compiles and a
 server loads) and the bench extension (target "bench": csrc/bench_*.cu, the read floor, the
 traced copy of the operator and the barrier probe), which only ``bench op`` builds and loads, so
-the server's library carries no benchmark code. A build goes into
-``config.build_dir()/<build_key>/`` and is keyed by the target, its csrc sources, the torch
-version, the CUDA version and the arch list, so a changed source or a different torch never
-loads a stale library. ``load`` only ever loads a prebuilt operator (a server must never
+the server's library carries no benchmark code. A build goes into ``<build dir>/<build_key>/``
+(``Settings.build_dir``, passed by the caller) and is keyed by the target, its csrc sources, the
+torch version, the CUDA version and the arch list, so a changed source or a different torch
+never loads a stale library. ``load`` only ever loads a prebuilt operator (a server must never
 compile); ``build`` is what ``qpnserve build`` runs.
 
 torch is imported inside the functions: ``import qpnserve.kernels.build`` stays cheap.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -138,8 +137,8 @@ def _result_from_manifest(directory: Path, data: dict[str, object], reused: bool
     )
 
 
-def _find_prebuilt(key: str) -> BuildResult | None:
-    directory = config.build_dir() / key
+def _find_prebuilt(build_dir: Path, key: str) -> BuildResult | None:
+    directory = build_dir / key
     data = _read_manifest(directory)
     if data is None or data.get("build_key") != key:
         return None
@@ -159,6 +158,8 @@ def build(
     cpu_only: bool = False,
     progress: Progress = _no_progress,
     target: str = "op",
+    *,
+    build_dir: Path,
 ) -> BuildResult:
     """Compile the extension (or reuse the cached build with the same key) and return it.
 
@@ -213,7 +214,7 @@ def build(
     key = build_key(archs, with_cuda=not cpu_only, target=target)
     what = "the operator" if target == "op" else "the bench extension"
     if not force:
-        cached = _find_prebuilt(key)
+        cached = _find_prebuilt(build_dir, key)
         if cached is not None:
             progress(f"reusing the build of {what} in {cached.path.parent}")
             return _ensure_loaded(cached, target)
@@ -226,11 +227,11 @@ def build(
 
     from filelock import FileLock
 
-    directory = config.build_dir() / key
+    directory = build_dir / key
     directory.mkdir(parents=True, exist_ok=True)
     with FileLock(str(directory.parent / f"{key}.lock")):
         if not force:  # another process may have finished it while we waited
-            cached = _find_prebuilt(key)
+            cached = _find_prebuilt(build_dir, key)
             if cached is not None:
                 return _ensure_loaded(cached, target)
         (directory / MANIFEST_NAME).unlink(missing_ok=True)
@@ -238,26 +239,26 @@ def build(
         name = f"{LIBRARY_PREFIXES[target]}_{key}"
         label = f"{'CPU' if cpu_only else 'sm_' + ','.join(a.replace('.', '') for a in archs)}"
         progress(f"compiling {what}: {len(sources)} sources for {label} into {directory}")
-        env_backup = os.environ.get("TORCH_CUDA_ARCH_LIST")
-        if not cpu_only:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
         stop = threading.Event()
         ticker = threading.Thread(target=_heartbeat, args=(progress, label, stop), daemon=True)
         started = time.monotonic()
         ticker.start()
+        # torch's builder reads its arch list from this process's environment only.
+        arch_env = None if cpu_only else ";".join(archs)
         try:
-            library = cpp_extension.load(
-                name=name,
-                sources=sources,
-                extra_cflags=["-O3", "-std=c++17"],
-                extra_cuda_cflags=["-O3", "-std=c++17", "-lineinfo"],
-                extra_include_paths=[str(resource_dir("csrc"))],
-                build_directory=str(directory),
-                with_cuda=not cpu_only,
-                is_python_module=False,
-                is_standalone=False,
-                verbose=False,
-            )
+            with config.process_environ_set("TORCH_CUDA_ARCH_LIST", arch_env):
+                library = cpp_extension.load(
+                    name=name,
+                    sources=sources,
+                    extra_cflags=["-O3", "-std=c++17"],
+                    extra_cuda_cflags=["-O3", "-std=c++17", "-lineinfo"],
+                    extra_include_paths=[str(resource_dir("csrc"))],
+                    build_directory=str(directory),
+                    with_cuda=not cpu_only,
+                    is_python_module=False,
+                    is_standalone=False,
+                    verbose=False,
+                )
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
             last = str(exc).strip().splitlines()
             raise BuildError(
@@ -266,10 +267,6 @@ def build(
             ) from exc
         finally:
             stop.set()
-            if env_backup is None:
-                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-            else:
-                os.environ["TORCH_CUDA_ARCH_LIST"] = env_backup
         del library  # cpp_extension.load already loaded it into torch.ops
         so_path = directory / f"{name}.so"
         if not so_path.is_file():
@@ -337,10 +334,10 @@ def _ensure_loaded(result: BuildResult, target: str = "op") -> BuildResult:
     return result
 
 
-def _matching_builds(archs: tuple[str, ...], cpu_only: bool) -> list[BuildResult]:
+def _matching_builds(build_dir: Path, archs: tuple[str, ...], cpu_only: bool) -> list[BuildResult]:
     torch_version, torch_cuda = _torch_versions()
     digest = sources_digest()
-    root = config.build_dir()
+    root = build_dir
     found: list[tuple[float, BuildResult]] = []
     if not root.is_dir():
         return []
@@ -362,7 +359,9 @@ def _matching_builds(archs: tuple[str, ...], cpu_only: bool) -> list[BuildResult
     return [r for _, r in sorted(found, key=lambda item: item[0], reverse=True)]
 
 
-def load(arch_list: Sequence[str] | str | None = None, cpu_only: bool = False) -> BuildResult:
+def load(
+    arch_list: Sequence[str] | str | None = None, cpu_only: bool = False, *, build_dir: Path
+) -> BuildResult:
     """Load a prebuilt extension into ``torch.ops.qpnserve``; never compiles.
 
     Picks the newest build of the current sources for this torch (and CUDA) version, with the
@@ -380,7 +379,7 @@ def load(arch_list: Sequence[str] | str | None = None, cpu_only: bool = False) -
                 f"another build of the operator ({current.path}) is already loaded in this process",
                 hint="start a new process to load a different build",
             )
-        candidates = _matching_builds(archs, cpu_only)
+        candidates = _matching_builds(build_dir, archs, cpu_only)
         if not candidates:
             kind = "CPU-only" if cpu_only else "CUDA"
             wanted = f" for sm_{','.join(a.replace('.', '') for a in archs)}" if archs else ""
@@ -389,7 +388,7 @@ def load(arch_list: Sequence[str] | str | None = None, cpu_only: bool = False) -
                 command += f" --arch {';'.join(archs)}"
             raise BuildError(
                 f"no {kind} build of the operator{wanted} matches these sources and this torch "
-                f"in {config.build_dir()}",
+                f"in {build_dir}",
                 hint=f"run `{command}` first (outside the server)",
             )
         return _load_library(candidates[0])

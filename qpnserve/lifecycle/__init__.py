@@ -3,18 +3,24 @@
 The CLI (cli/server.py) and `bench ab` call these. They raise QpnErrors and report progress
 through a callback (default: stderr); they never print data.
 
-- ``up(opts: UpOptions, progress=None, stages=None) -> RunningState``: detached, returns once
-  ready; foreground, returns after `qpnserve down` stopped the server (KeyboardInterrupt after
-  stopping the group on Ctrl-C/SIGTERM; ServerError if the server exits on its own).
-- ``resolve_up_options(model=, awq_m1=, **fields) -> (UpOptions, note)``: the user's options,
-  with the route and model the desired state records where the user left them out.
-- ``dry_run(opts, progress=None, stages=None) -> DryRun``: `up`'s checks before the start and
-  its plan with what the route means on the installed host; the error `up` would stop with is
-  returned, not raised.
-- ``down(timeout_s=60.0, progress=None) -> DownResult``
-- ``status(probe_timeout_s=2.0) -> StatusReport``
-- ``rollback(restart=False, unpatch=False, stop_timeout_s=60.0, up_timeout_s=1800.0,
-  progress=None, stages=None) -> RollbackResult``
+Every stage takes ``settings`` (qpnserve.config.Settings, read by the caller's edge) as a
+keyword.
+
+- ``up(opts: UpOptions, progress=None, stages=None, *, settings) -> RunningState``: detached,
+  returns once ready; foreground, returns after `qpnserve down` stopped the server
+  (KeyboardInterrupt after stopping the group on Ctrl-C/SIGTERM; ServerError if the server
+  exits on its own).
+- ``resolve_up_options(model=, awq_m1=, settings=, **fields) -> (UpOptions, note)``: the user's
+  options, with the route and model the desired state records where the user left them out.
+- ``dry_run(opts, progress=None, stages=None, *, settings) -> DryRun``: `up`'s checks before the
+  start and its plan with what the route means on the installed host; the error `up` would stop
+  with is returned, not raised.
+- ``down(timeout_s=DEFAULT_STOP_TIMEOUT_S, progress=None, *, settings) -> DownResult``
+- ``status(probe_timeout_s=2.0, *, settings) -> StatusReport``
+- ``rollback(restart=False, unpatch=False, stop_timeout_s=DEFAULT_STOP_TIMEOUT_S,
+  up_timeout_s=DEFAULT_UP_TIMEOUT_S, progress=None, stages=None, *, settings)
+  -> RollbackResult``
+  (the DEFAULT_* values are qpnserve.config's)
 
 Locking: the state lock is held only for short read-modify-write sections (check-and-start,
 record ready, mark stopping, clear), never while a model loads, so `status` and `down` work
@@ -23,6 +29,7 @@ from another terminal while `up` waits.
 
 from __future__ import annotations
 
+from qpnserve.host import HostInfo
 from qpnserve.lifecycle.control import (
     DownResult,
     StatusReport,
@@ -36,13 +43,13 @@ from qpnserve.lifecycle.options import Progress, UpOptions, resolve_up_options, 
 from qpnserve.lifecycle.plan import LaunchPlan, plan_launch
 from qpnserve.lifecycle.preview import DryRun, PlanView, dry_run
 from qpnserve.lifecycle.rollback import RollbackResult, rollback
-from qpnserve.lifecycle.stages import HostSummary, Stages, default_stages
+from qpnserve.lifecycle.stages import Stages, default_stages
 from qpnserve.lifecycle.up import up
 
 __all__ = [
     "DownResult",
     "DryRun",
-    "HostSummary",
+    "HostInfo",
     "LaunchPlan",
     "PlanView",
     "Progress",

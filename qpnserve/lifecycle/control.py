@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from qpnserve import config
+from qpnserve.auth import api_key_from_env
 from qpnserve.errors import QpnError
 from qpnserve.lifecycle.options import Progress, stderr_progress
 from qpnserve.lifecycle.postmortem import ServerProcess, exit_cause, server_processes
@@ -45,10 +46,15 @@ class DownResult(BaseModel):
     killed: list[int] = Field(default_factory=list)  # still there after the grace period
 
 
-def down(timeout_s: float = 60.0, progress: Progress | None = None) -> DownResult:
+def down(
+    timeout_s: float = config.DEFAULT_STOP_TIMEOUT_S,
+    progress: Progress | None = None,
+    *,
+    settings: config.Settings,
+) -> DownResult:
     """SIGTERM the recorded server's group, wait ``timeout_s``, SIGKILL the rest, confirm, clear."""
     say = progress or stderr_progress
-    root = ensure_state_dir()
+    root = ensure_state_dir(settings.state_dir)
     with locked(root):
         running = read_running(root)
         if running is None:
@@ -115,9 +121,9 @@ class StatusReport(BaseModel):
     speculation_text: str | None = None  # qpnserve.speculation's line, from /metrics and argv
 
 
-def status(probe_timeout_s: float = 2.0) -> StatusReport:
+def status(probe_timeout_s: float = 2.0, *, settings: config.Settings) -> StatusReport:
     """Desired versus running, liveness from /proc, health from /health, route from reports."""
-    root = ensure_state_dir()
+    root = ensure_state_dir(settings.state_dir)
     # No lock: every state write is an atomic rename, so a read sees a whole file, and status
     # must answer even while another command holds the lock.
     desired = read_desired(root)
@@ -137,7 +143,8 @@ def status(probe_timeout_s: float = 2.0) -> StatusReport:
         members = [] if reused else group_members(running.pgid)
         phase = running.phase if alive else "gone"
         if alive:
-            healthy, health_detail = _probe_health(running.base_url, probe_timeout_s)
+            key = api_key_from_env(settings.environ)
+            healthy, health_detail = _probe_health(running.base_url, probe_timeout_s, key)
         try:
             reports = read_reports(Path(running.report_dir))
             route = summarize(reports, running.tp, expected_moe_layers(Path(running.model)))
@@ -201,17 +208,17 @@ def _steps(
 def _route_text(running: RunningState | None, route: RouteSummary | None) -> str | None:
     if running is None or route is None:
         return None
-    if running.route_flag == "0" and not route.ranks:
+    if not running.awq_m1 and not route.ranks:
         return f"off ({config.ROUTE_FLAG.name}=0: the plugin stays idle and writes no report)"
     return route.text
 
 
-def _probe_health(base_url: str, timeout_s: float) -> tuple[bool, str]:
+def _probe_health(base_url: str, timeout_s: float, key: str | None) -> tuple[bool, str]:
     """/health (never guarded by a key), then /v1/models with $VLLM_API_KEY: a 401 there is
     said as a key problem, so `status` tells whether bench and verify will get through."""
     import httpx
 
-    from qpnserve.auth import api_key_from_env, auth_headers, unauthorized_text
+    from qpnserve.auth import auth_headers, unauthorized_text
 
     try:
         resp = httpx.get(f"{base_url}/health", timeout=timeout_s)
@@ -220,7 +227,6 @@ def _probe_health(base_url: str, timeout_s: float) -> tuple[bool, str]:
     detail = f"/health: HTTP {resp.status_code}"
     if resp.status_code != 200:
         return False, detail
-    key = api_key_from_env()
     try:
         models = httpx.get(f"{base_url}/v1/models", timeout=timeout_s, headers=auth_headers(key))
     except httpx.HTTPError as exc:
@@ -241,7 +247,7 @@ def restart_decision(
     if desired is None or phase == "stopping":
         return False, []
     reasons = []
-    running_on = running.route_flag == "1"
+    running_on = running.awq_m1
     if desired.awq_m1 != running_on:
         reasons.append(
             f"route: running {'on' if running_on else 'off'}, desired "

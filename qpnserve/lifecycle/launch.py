@@ -127,7 +127,7 @@ def plugin_allow_list(
 def build_env(
     base_env: Mapping[str, str],
     *,
-    route_on: bool,
+    awq_m1: bool,
     include_plugin: bool,
     report_dir: Path,
     installed_plugins: Sequence[str],
@@ -137,7 +137,7 @@ def build_env(
     The flag is always explicit: newer native hosts turn the route on when it is unset.
     """
     env = dict(base_env)
-    env[config.ROUTE_FLAG.name] = "1" if route_on else "0"
+    env[config.ROUTE_FLAG.name] = config.route_flag_value(awq_m1)
     env[config.VLLM_PLUGINS.name] = plugin_allow_list(
         base_env.get(config.VLLM_PLUGINS.name),
         include_plugin=include_plugin,

@@ -31,13 +31,13 @@ class UpOptions:
     model: Path
     awq_m1: bool = True
     include_plugin: bool = True  # False: leave qpnserve's plugin out (`rollback --unpatch`)
-    tp: int = 4
-    host: str = "127.0.0.1"
-    port: int = 8000
+    tp: int = config.DEFAULT_TP
+    host: str = config.DEFAULT_HOST
+    port: int = config.DEFAULT_PORT
     served_model_name: str | None = None  # None: the checkpoint directory's name
     detach: bool = False
-    timeout_s: float = 1800.0  # 4x V100 loads take minutes; CUDA graph capture adds more
-    stop_timeout_s: float = 60.0  # grace period of the group stop on failure or Ctrl-C
+    timeout_s: float = config.DEFAULT_UP_TIMEOUT_S
+    stop_timeout_s: float = config.DEFAULT_STOP_TIMEOUT_S  # also on failure or Ctrl-C
     extra_args: list[str] = field(default_factory=list)
     server_module: str = config.DEFAULT_SERVER_MODULE
     poll_s: float = 1.0
@@ -77,12 +77,12 @@ def validate(opts: UpOptions) -> None:
 
 
 def resolve_up_options(
-    *, model: Path | None, awq_m1: bool | None, **fields: Any
+    *, model: Path | None, awq_m1: bool | None, settings: config.Settings, **fields: Any
 ) -> tuple[UpOptions, str | None]:
     """`up`'s options from what the user passed, filled from the desired state (what the last
     `up` or `rollback` recorded). ``awq_m1`` None: the desired route, else on. Returns the
     options and, when the route came from the desired state, a line that says so."""
-    root = config.state_dir()
+    root = settings.state_dir
     desired = read_desired(root) if root.is_dir() else None
     return options_from_desired(desired, model=model, awq_m1=awq_m1, **fields)
 
@@ -95,11 +95,11 @@ def options_from_desired(
         raise UsageError(
             "--model is required", hint=f"pass --model PATH or set {config.MODEL.name}"
         )
-    route_on = awq_m1 if awq_m1 is not None else (desired.awq_m1 if desired else True)
+    chosen = awq_m1 if awq_m1 is not None else (desired.awq_m1 if desired else True)
     # An explicit --awq-m1 brings the plugin back after `rollback --unpatch`.
     include_plugin = True if awq_m1 else (desired.include_plugin if desired else True)
-    opts = UpOptions(model=model, awq_m1=route_on, include_plugin=include_plugin, **fields)
+    opts = UpOptions(model=model, awq_m1=chosen, include_plugin=include_plugin, **fields)
     note = None
     if awq_m1 is None and desired is not None:
-        note = f"route: {'on' if route_on else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
+        note = f"route: {'on' if chosen else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
     return opts, note

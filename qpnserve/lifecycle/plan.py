@@ -42,15 +42,14 @@ def plan_launch(
     opts: UpOptions,
     root: Path,
     *,
-    base_env: Mapping[str, str] | None = None,
+    base_env: Mapping[str, str],
     installed_plugins: Sequence[str] | None = None,
 ) -> LaunchPlan:
     validate(opts)
     reports = report_dir(root)
-    base_env = os.environ if base_env is None else base_env
     env = build_env(
         base_env,
-        route_on=opts.awq_m1,
+        awq_m1=opts.awq_m1,
         include_plugin=opts.include_plugin,
         report_dir=reports,
         installed_plugins=(
@@ -109,7 +108,7 @@ def starting_state(
         argv=plan.argv,
         env=plan.recorded_env,
         cwd=str(plan.cwd),
-        route_flag="1" if opts.awq_m1 else "0",
+        route_flag=config.route_flag_value(opts.awq_m1),
         include_plugin=opts.include_plugin,
         host_kind=host_kind,
         host_version=host_version,
@@ -128,7 +127,8 @@ def starting_state(
     )
 
 
-def desired_from(opts: UpOptions) -> DesiredState:
+def desired_from(opts: UpOptions, api_key_in_env: bool = False) -> DesiredState:
+    """``api_key_in_env``: $VLLM_API_KEY is set in the settings the server starts from."""
     return DesiredState(
         awq_m1=opts.awq_m1,
         include_plugin=opts.include_plugin,
@@ -141,5 +141,5 @@ def desired_from(opts: UpOptions) -> DesiredState:
         server_module=None
         if opts.server_module == config.DEFAULT_SERVER_MODULE
         else opts.server_module,
-        api_key_set=opts.api_key is not None or bool(os.environ.get(config.API_KEY.name)),
+        api_key_set=opts.api_key is not None or api_key_in_env,
     )

@@ -4,18 +4,18 @@ already in use (guards.py), and the preflight (which judges the environment the 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from qpnserve.config import ROUTE_FLAG, ROUTE_FLAG_VALUES
+from qpnserve.config import ROUTE_FLAG, ROUTE_FLAG_VALUES, Settings
 from qpnserve.errors import ConflictError, PreflightError
+from qpnserve.host import HostInfo
 from qpnserve.lifecycle.guards import judge, summary_lines
 from qpnserve.lifecycle.guards_probe import gather_guard_facts
 from qpnserve.lifecycle.launch import port_holder, port_in_use
 from qpnserve.lifecycle.options import Progress, UpOptions, validate
 from qpnserve.lifecycle.procs import group_members, is_alive
-from qpnserve.lifecycle.stages import HostSummary, Stages
+from qpnserve.lifecycle.stages import Stages
 from qpnserve.state import clear_running, ensure_state_dir, locked, read_running
 
 
@@ -25,14 +25,16 @@ def checks_before_start(
     say: Progress,
     stages: Stages,
     dry_run: bool = False,
-) -> tuple[Path, HostSummary]:
+    *,
+    settings: Settings,
+) -> tuple[Path, HostInfo]:
     """`up`'s checks before anything starts; the preflight judges ``server_env``."""
     validate(opts)
-    root = ensure_state_dir()
+    root = ensure_state_dir(settings.state_dir)
     with locked(root):
         check_conflicts(root, opts, say, dry_run)  # fail fast, before the slow stages
     guard_start(opts, server_env, say)
-    host = stages.preflight(opts, judged_env(server_env, os.environ), say)
+    host = stages.preflight(opts, judged_env(server_env, settings.environ), say, settings)
     if opts.awq_m1 and host.kind not in ("native", "patched"):
         raise PreflightError(
             f"the route needs a native or patchable 1Cat-vLLM host; found: {host.kind}",
@@ -83,7 +85,7 @@ def check_conflicts(root: Path, opts: UpOptions, say: Progress, dry_run: bool = 
             raise ConflictError(
                 f"a server started by qpnserve is already running: pid {running.pid}, since "
                 f"{running.started_at:%Y-%m-%d %H:%M:%S} UTC, route "
-                f"{'on' if running.route_flag == '1' else 'off'}, {running.base_url}{what}",
+                f"{'on' if running.awq_m1 else 'off'}, {running.base_url}{what}",
                 hint="`qpnserve status` shows it, `qpnserve down` stops it, "
                 "`qpnserve rollback --restart` restarts it without the route",
             )

@@ -3,8 +3,8 @@ started or recorded, and the error `up` would stop with is returned for the CLI 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from qpnserve import config
 from qpnserve.errors import QpnError
@@ -40,17 +40,16 @@ class DryRun:
         return self.view.plan
 
 
-def describe_plan(plan: LaunchPlan) -> PlanView:
+def describe_plan(plan: LaunchPlan, facts_file: Path | None) -> PlanView:
     from qpnserve.host_routes import grouped_route_text, route_flag_meaning
     from qpnserve.preflight.gather import host_facts
     from qpnserve.speculation import describe_launch
 
-    host = host_facts()
+    host = host_facts(facts_file)
     kind = host.kind if host.found else None
     route = route_flag_meaning(plan.recorded_env.get(config.ROUTE_FLAG.name), kind)
     label = f"{host.dist_name} {host.version} ({host.kind})" if host.found else "no vllm found"
     profile = preview_installed(host.package_dir if host.found else None, plan.argv, plan.env)
-    facts_file = os.environ.get(config.FACTS_FILE.name) or None  # what host_facts() read
     speculation = describe_launch(plan.argv, plan.env)
     return PlanView(
         plan,
@@ -58,24 +57,28 @@ def describe_plan(plan: LaunchPlan) -> PlanView:
         route,
         grouped_route_text(plan.recorded_env, kind),
         profile,
-        facts_file,
+        str(facts_file) if facts_file else None,  # what host_facts() read
         speculation,
     )
 
 
 def dry_run(
-    opts: UpOptions, progress: Progress | None = None, stages: Stages | None = None
+    opts: UpOptions,
+    progress: Progress | None = None,
+    stages: Stages | None = None,
+    *,
+    settings: config.Settings,
 ) -> DryRun:
     """`up`'s checks before the start (not the build), and its plan; starts and records nothing."""
     say = progress or stderr_progress
     stages = stages or stage_defaults.default_stages()
-    plan = plan_launch(opts, config.state_dir())
+    plan = plan_launch(opts, settings.state_dir, base_env=settings.environ)
     error = None
     try:
-        checks_before_start(opts, plan.env, say, stages, dry_run=True)
+        checks_before_start(opts, plan.env, say, stages, dry_run=True, settings=settings)
         say("extension: not built in a dry run (`qpnserve build` builds it)")
     except QpnError as exc:
         error = exc
     for line in plan.replaced:
         say(line)
-    return DryRun(describe_plan(plan), error)
+    return DryRun(describe_plan(plan, settings.facts_file), error)

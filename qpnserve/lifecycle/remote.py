@@ -30,13 +30,14 @@ class UrlStatus(BaseModel):
     unknown: list[str] = Field(default_factory=list)  # what this command cannot know
 
 
-def url_status(url: str, timeout_s: float = 5.0) -> UrlStatus:
+def url_status(url: str, timeout_s: float = 5.0, *, api_key: str | None = None) -> UrlStatus:
+    """``api_key``: $VLLM_API_KEY from the settings (None: no key sent)."""
     import httpx
 
-    from qpnserve.auth import api_key_from_env, auth_headers, unauthorized_text
+    from qpnserve.auth import auth_headers, unauthorized_text
 
     base = url.rstrip("/").removesuffix("/v1")
-    key = api_key_from_env()
+    key = api_key
     healthy, detail, models, version = False, "", [], None
     with httpx.Client(timeout=timeout_s, headers=auth_headers(key)) as client:
         try:

@@ -50,13 +50,15 @@ class RollbackResult(BaseModel):
 def rollback(
     restart: bool = False,
     unpatch: bool = False,
-    stop_timeout_s: float = 60.0,
-    up_timeout_s: float = 1800.0,
+    stop_timeout_s: float = config.DEFAULT_STOP_TIMEOUT_S,
+    up_timeout_s: float = config.DEFAULT_UP_TIMEOUT_S,
     progress: Progress | None = None,
     stages: Stages | None = None,
+    *,
+    settings: config.Settings,
 ) -> RollbackResult:
     say = progress or stderr_progress
-    root = ensure_state_dir()
+    root = ensure_state_dir(settings.state_dir)
     with locked(root):
         before = read_desired(root)
         running = read_running(root)
@@ -80,7 +82,7 @@ def rollback(
         desired=after,
         changed=changed,
         running_pid=running.pid if alive and running else None,
-        running_route_on=(running.route_flag == "1") if alive and running else None,
+        running_route_on=running.awq_m1 if alive and running else None,
         restart_needed=needed,
         restart_command=restart_command(after) if needed else None,
     )
@@ -98,7 +100,7 @@ def rollback(
             "restart needed: no"
         )
         return _emit(result, say)
-    if running.route_flag == "1":
+    if running.awq_m1:
         result.notes.append(
             f"the running server (pid {running.pid}, {running.base_url}) keeps the AWQ M1 route "
             f"until it restarts: {GRAPHS_REASON}"
@@ -111,14 +113,14 @@ def rollback(
         raise UsageError(
             "cannot restart: the desired state names no model", hint="run `qpnserve up`"
         )
-    if after.api_key_set and not api_key_from_env():
+    if after.api_key_set and not api_key_from_env(settings.environ):
         raise UsageError(
             "cannot restart: the server was started with an API key, which qpnserve does not "
             f"store, and {config.API_KEY.name} is not set (the new server would serve without one)",
             hint=f"export {config.API_KEY.name} with the key, then run the command again",
         )
     say("restarting without the route: down, then up (detached)")
-    down(stop_timeout_s, say)
+    down(stop_timeout_s, say, settings=settings)
     opts = UpOptions(
         model=Path(after.model),
         awq_m1=False,
@@ -133,7 +135,7 @@ def rollback(
         extra_args=list(after.extra_args),
         server_module=after.server_module or config.DEFAULT_SERVER_MODULE,
     )
-    result.restarted = up(opts, say, stages)
+    result.restarted = up(opts, say, stages, settings=settings)
     result.restart_needed = False
     result.restart_command = None
     result.notes.append(
@@ -147,7 +149,7 @@ def _desired_from_running(running: RunningState | None) -> DesiredState:
     if running is None:
         return DesiredState(awq_m1=False)
     return DesiredState(
-        awq_m1=running.route_flag == "1",
+        awq_m1=running.awq_m1,
         include_plugin=running.include_plugin,
         model=running.model,
         served_model_name=running.served_model_name,

@@ -7,42 +7,33 @@ tests/lifecycle/); nothing in a user-facing path ever skips or fakes them.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from qpnserve import config
 from qpnserve.errors import PreflightError
+from qpnserve.host import HostInfo
 from qpnserve.lifecycle.options import Progress, UpOptions
-from qpnserve.state import HostKind
-
-
-@dataclass(frozen=True)
-class HostSummary:
-    """What `up` records about the host: its kind and version, from the preflight's facts
-    (probed, or recorded in $QPNSERVE_FACTS_FILE), so `up` decides on what `check` saw."""
-
-    kind: HostKind
-    version: str | None
-    facts_file: str | None = None  # the $QPNSERVE_FACTS_FILE that stood in for the machine
 
 
 @dataclass
 class Stages:
     """The stages before the start.
 
-    ``preflight(opts, server_env, progress)`` raises PreflightError on any FAIL and returns the
-    host it saw; ``prepare_extension`` returns the extension's build key.
+    ``preflight(opts, server_env, progress, settings)`` raises PreflightError on any FAIL and
+    returns the host it saw (from the preflight's facts, probed or recorded in
+    $QPNSERVE_FACTS_FILE, so `up` decides on what `check` saw);
+    ``prepare_extension(host, progress, settings)`` returns the extension's build key.
     """
 
-    preflight: Callable[[UpOptions, Mapping[str, str], Progress], HostSummary]
-    prepare_extension: Callable[[HostSummary, Progress], str]
+    preflight: Callable[[UpOptions, Mapping[str, str], Progress, config.Settings], HostInfo]
+    prepare_extension: Callable[[HostInfo, Progress, config.Settings], str]
 
 
 def run_preflight_stage(
-    opts: UpOptions, server_env: Mapping[str, str], progress: Progress
-) -> HostSummary:
+    opts: UpOptions, server_env: Mapping[str, str], progress: Progress, settings: config.Settings
+) -> HostInfo:
     """`qpnserve check` for this start: any FAIL stops `up` (the route adds its own checks).
 
     The environment checks judge ``server_env``, the environment the server will get (`up`
@@ -54,6 +45,7 @@ def run_preflight_stage(
     progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
     report = run_preflight(
         opts.model,
+        settings=settings,
         tp=opts.tp,
         awq_m1=opts.awq_m1,
         environ=server_env,
@@ -67,7 +59,7 @@ def run_preflight_stage(
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         check = ["qpnserve", "check", "--model", str(opts.model)]
-        check += ["--tp", str(opts.tp)] if opts.tp != 4 else []
+        check += ["--tp", str(opts.tp)] if opts.tp != config.DEFAULT_TP else []
         check += [] if opts.awq_m1 else ["--no-awq-m1"]
         every = f"all {len(failed)} FAILs" if len(failed) > 1 else "the full report"
         raise PreflightError(
@@ -76,23 +68,21 @@ def run_preflight_stage(
             report=report,
         )
     host = report.facts.host
-    source = report.facts.source_file
-    if host is None or not host.found:
-        return HostSummary(kind="none", version=None, facts_file=source)
-    return HostSummary(kind=host.kind, version=host.version, facts_file=source)
+    found = host if host is not None and host.found else HostInfo(found=False)
+    return found.model_copy(update={"facts_file": report.facts.source_file})
 
 
-def prepare_extension_stage(host: HostSummary, progress: Progress) -> str:
+def prepare_extension_stage(host: HostInfo, progress: Progress, settings: config.Settings) -> str:
     """Build the operator for $QPNSERVE_BUILD_ARCH (else the visible GPUs), or reuse the cached
     build with the same key; the plugin in every worker loads that build (it never compiles)."""
     from qpnserve.kernels.build import build
 
-    arch = os.environ.get(config.BUILD_ARCH.name) or None
+    arch = settings.build_arch
     progress(
         "extension: building or reusing the AWQ M1 operator for "
         + (f"{config.BUILD_ARCH.name}={arch}" if arch else "the visible GPUs")
     )
-    result = build(arch_list=arch, progress=progress)
+    result = build(arch_list=arch, progress=progress, build_dir=settings.build_dir)
     progress(f"extension: {'reused' if result.reused else 'built'} {result.build_key}")
     return result.build_key
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from qpnserve import config
+from qpnserve.auth import api_key_from_env
 from qpnserve.errors import ServerError
 from qpnserve.lifecycle import stages as stage_defaults
 from qpnserve.lifecycle.launch import start_server
@@ -42,7 +43,11 @@ __all__ = ["LaunchPlan", "plan_launch", "up"]
 
 
 def up(
-    opts: UpOptions, progress: Progress | None = None, stages: Stages | None = None
+    opts: UpOptions,
+    progress: Progress | None = None,
+    stages: Stages | None = None,
+    *,
+    settings: config.Settings,
 ) -> RunningState:
     """Start the server; return its state once ready (detach) or once it stopped (foreground).
 
@@ -51,17 +56,20 @@ def up(
     """
     say = progress or stderr_progress
     stages = stages or stage_defaults.default_stages()  # looked up per call: tests replace it
-    plan = plan_launch(opts, config.state_dir())
-    root, host = checks_before_start(opts, plan.env, say, stages)
+    plan = plan_launch(opts, settings.state_dir, base_env=settings.environ)
+    root, host = checks_before_start(opts, plan.env, say, stages, settings=settings)
     build_key = (
-        stages.prepare_extension(host, say) if opts.awq_m1 and host.kind == "patched" else None
+        stages.prepare_extension(host, say, settings)
+        if opts.awq_m1 and host.kind == "patched"
+        else None
     )
     for line in plan.replaced:
         say(line)
     with locked(root):
         check_conflicts(root, opts, say)
         clear_reports(plan.report_dir)
-        write_desired(root, desired_from(opts))
+        key_in_env = api_key_from_env(settings.environ) is not None
+        write_desired(root, desired_from(opts, key_in_env))
         popen = start_server(plan.argv, plan.env, plan.cwd, plan.log_path)
         try:
             running = starting_state(

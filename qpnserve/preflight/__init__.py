@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from qpnserve import geometry
+from qpnserve import config
+from qpnserve.config import Settings
 from qpnserve.errors import UsageError
 from qpnserve.preflight.checks import machine_checks
 from qpnserve.preflight.checks_checkpoint import checkpoint_checks
@@ -43,19 +44,21 @@ def parse_groups(text: str | None) -> set[str]:
 
 def run_preflight(
     model: Path | None,
-    tp: int = geometry.TP_SIZE,
+    *,
+    settings: Settings,
+    tp: int = config.DEFAULT_TP,
     groups: set[str] | None = None,
     awq_m1: bool = True,
     facts_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
     server_args: Sequence[str] | None = None,
 ) -> PreflightReport:
-    """Probe (or load $QPNSERVE_FACTS_FILE / ``facts_file``) and check.
+    """Probe (or load ``facts_file``, default the settings' $QPNSERVE_FACTS_FILE) and check.
 
     ``groups`` defaults to all three; ``report.ok`` is True when no check of those groups
     FAILed. ``awq_m1=False`` turns the route-only requirements (a route-capable host, no
     host variable that disables the path, the route's checkpoint contract) into warnings.
-    ``environ`` is the environment the environment checks judge (default: this process's);
+    ``environ`` is the environment the environment checks judge (default: the settings');
     `up` passes the server's, and ``server_args`` (its extra arguments) for the speculation
     check.
     """
@@ -65,7 +68,12 @@ def run_preflight(
         raise UsageError(f"unknown check group(s): {', '.join(unknown)}")
     if tp < 1:
         raise UsageError(f"--tp must be >= 1, got {tp}")
-    facts = gather_facts(model, chosen, facts_file=facts_file, environ=environ)
+    facts = gather_facts(
+        model,
+        chosen,
+        facts_file=facts_file or settings.facts_file,
+        environ=settings.environ if environ is None else environ,
+    )
     results = machine_checks(facts, chosen, tp, awq_m1)
     if "toolchain" in chosen:
         results.append(check_speculation(facts, server_args, awq_m1))

@@ -3,7 +3,9 @@ host and the environment the server will inherit)."""
 
 from __future__ import annotations
 
-from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, ROUTE_FLAG_VALUES, VLLM_PLUGINS
+from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS
+from qpnserve.dispatch.flag import parse_route_flag
+from qpnserve.errors import DispatchError
 from qpnserve.host_routes import route_flag_meaning
 from qpnserve.preflight.facts import Facts, version_tuple
 from qpnserve.preflight.layer_filters import (
@@ -222,7 +224,9 @@ def check_route_flag(facts: Facts) -> CheckResult:
     flag = ROUTE_FLAG.name
     kind = facts.host.kind if facts.host is not None else None
     value = env.get(flag)
-    if value is not None and value not in ROUTE_FLAG_VALUES:
+    try:
+        parse_route_flag(value)  # the plugin's own validator
+    except DispatchError:
         return _r(
             name,
             "FAIL",

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from qpnserve.host import HostKind
+from qpnserve.host import HostInfo
 
 FACTS_SCHEMA_VERSION = 1
 
@@ -48,22 +48,6 @@ class NvccFacts(BaseModel):
     path: str | None = None
     version: str | None = None  # "12.8"
     error: str | None = None
-
-
-class HostFacts(BaseModel):
-    found: bool
-    dist_name: str | None = None  # the distribution that owns vllm/: "revolta", "1cat-vllm"
-    version: str | None = None
-    kind: HostKind = "none"
-    package_dir: str | None = None
-    has_route_flag: bool = False
-    has_native_op: bool = False
-    has_hook_method: bool = False
-    has_sm70_method: bool = False  # class AWQSM70MoEMethod exists (an SM70 build at all)
-    # Patched hosts only: the validated build whose source the installed hook matches
-    # ("1cat-vllm 1.3.0"), or why the dispatch patch would refuse this host.
-    patch_validated: str | None = None
-    patch_error: str | None = None
 
 
 class ShardFacts(BaseModel):
@@ -105,7 +89,7 @@ class Facts(BaseModel):
     gpu: GpuFacts | None = None  # None: the gpu group was not probed
     torch: TorchFacts | None = None  # torch, nvcc, host, env: the toolchain group
     nvcc: NvccFacts | None = None
-    host: HostFacts | None = None
+    host: HostInfo | None = None
     env: dict[str, str] | None = None  # the VLLM_*/CUDA_* variables that decide the route
     checkpoint: CheckpointFacts | None = None
 

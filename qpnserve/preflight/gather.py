@@ -8,7 +8,6 @@ has it) with the facts it holds, recorded or hand-written; the checkpoint is sti
 from __future__ import annotations
 
 import json
-import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,9 +16,10 @@ from pydantic import ValidationError
 
 from qpnserve.config import FACTS_FILE
 from qpnserve.errors import UsageError
+from qpnserve.host import HostInfo
 from qpnserve.preflight import probes
 from qpnserve.preflight.checkpoint import probe_checkpoint
-from qpnserve.preflight.facts import Facts, HostFacts
+from qpnserve.preflight.facts import Facts
 
 
 def load_facts_file(path: Path) -> Facts:
@@ -66,11 +66,9 @@ def _require_recorded(facts: Facts, groups: set[str], path: Path) -> None:
         )
 
 
-def host_facts(facts_file: Path | None = None) -> HostFacts:
-    """The installed host as `up` will see it: from $QPNSERVE_FACTS_FILE when set (it must
-    record the toolchain facts), else probed from the installed files."""
-    if facts_file is None and os.environ.get(FACTS_FILE.name):
-        facts_file = Path(os.environ[FACTS_FILE.name])
+def host_facts(facts_file: Path | None) -> HostInfo:
+    """The installed host as `up` will see it: from ``facts_file`` ($QPNSERVE_FACTS_FILE) when
+    set (it must record the toolchain facts), else probed from the installed files."""
     if facts_file is not None:
         recorded = load_facts_file(facts_file)
         _require_recorded(recorded, {"toolchain"}, facts_file)
@@ -82,15 +80,14 @@ def host_facts(facts_file: Path | None = None) -> HostFacts:
 def gather_facts(
     model: Path | None,
     groups: set[str],
-    facts_file: Path | None = None,
-    environ: Mapping[str, str] | None = None,
+    facts_file: Path | None,
+    environ: Mapping[str, str],
 ) -> Facts:
-    """Probe what ``groups`` need, once. With ``facts_file`` (default: $QPNSERVE_FACTS_FILE)
-    the machine facts come from that file; the checkpoint is always probed from ``model``.
-    ``environ``: the environment to judge (default: this process's)."""
-    env = None if environ is None else dict(environ)
-    if facts_file is None and os.environ.get(FACTS_FILE.name):
-        facts_file = Path(os.environ[FACTS_FILE.name])
+    """Probe what ``groups`` need, once. With ``facts_file`` ($QPNSERVE_FACTS_FILE) the machine
+    facts come from that file; the checkpoint is always probed from ``model``. ``environ``: the
+    environment to judge (the server's for `up`, the settings' snapshot for `check`); the GPU
+    and nvcc probes read CUDA_VISIBLE_DEVICES, CUDA_HOME, CUDA_PATH and PATH from it too."""
+    env = dict(environ)
     if facts_file is not None:
         facts = load_facts_file(facts_file)
         _require_recorded(facts, groups, facts_file)
@@ -105,10 +102,10 @@ def gather_facts(
     else:
         facts = Facts(hostname=platform.node())
         if "gpu" in groups:
-            facts.gpu = probes.probe_gpu()
+            facts.gpu = probes.probe_gpu(env)
         if "toolchain" in groups:
             facts.torch = probes.probe_torch()
-            facts.nvcc = probes.probe_nvcc()
+            facts.nvcc = probes.probe_nvcc(env)
             facts.host = probes.probe_host()
             facts.env = probes.probe_env(env)
     if "checkpoint" in groups and model is not None:

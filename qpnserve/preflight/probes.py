@@ -19,12 +19,13 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from qpnserve.dispatch.manifest import verify_installed
 from qpnserve.errors import QpnError
-from qpnserve.host import detect_host
-from qpnserve.preflight.facts import GpuDevice, GpuFacts, HostFacts, NvccFacts, TorchFacts
+from qpnserve.host import HostInfo, detect_host
+from qpnserve.preflight.facts import GpuDevice, GpuFacts, NvccFacts, TorchFacts
 from qpnserve.preflight.fatbin import fatbin_archs
 
 NVCC_TIMEOUT_S = 20.0
@@ -35,8 +36,8 @@ _ENV_PREFIXES = ("VLLM_SM70_AWQ_", "VLLM_SM70_MOE_", "VLLM_1CAT_")
 _ENV_NAMES = ("VLLM_PLUGINS", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH")
 
 
-def probe_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ) if environ is None else environ
+def probe_env(environ: Mapping[str, str]) -> dict[str, str]:
+    env = environ
     return {k: v for k, v in sorted(env.items()) if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES)}
 
 
@@ -45,8 +46,8 @@ def _nvml_text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def probe_gpu() -> GpuFacts:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+def probe_gpu(environ: Mapping[str, str]) -> GpuFacts:
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
     try:
         import pynvml
     except ImportError as exc:
@@ -190,10 +191,10 @@ def probe_torch(search_path: list[str] | None = None) -> TorchFacts:
     )
 
 
-def nvcc_candidates(environ: dict[str, str] | None = None) -> list[Path]:
+def nvcc_candidates(environ: Mapping[str, str]) -> list[Path]:
     """Where a build finds nvcc, in torch.utils.cpp_extension's order: $CUDA_HOME, $CUDA_PATH,
     PATH, /usr/local/cuda."""
-    env = dict(os.environ) if environ is None else environ
+    env = environ
     out: list[Path] = []
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if env.get(var):
@@ -211,8 +212,8 @@ def parse_nvcc_version(text: str) -> str | None:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def probe_nvcc() -> NvccFacts:
-    for candidate in nvcc_candidates():
+def probe_nvcc(environ: Mapping[str, str]) -> NvccFacts:
+    for candidate in nvcc_candidates(environ):
         if not (candidate.is_file() and os.access(candidate, os.X_OK)):
             continue
         try:
@@ -233,7 +234,9 @@ def probe_nvcc() -> NvccFacts:
     )
 
 
-def _patch_status(package_dir: Path, version: str, dist_name: str) -> tuple[str | None, str | None]:
+def _patch_status(
+    package_dir: Path, version: str, dist_name: str | None
+) -> tuple[str | None, str | None]:
     """(validated build, None) when the dispatch patch's drift check accepts the installed
     host source, else (None, why): the plugin's own check, run from files before any launch."""
     try:
@@ -243,23 +246,13 @@ def _patch_status(package_dir: Path, version: str, dist_name: str) -> tuple[str 
     return f"{build.distribution} {build.version}", None
 
 
-def probe_host(search_path: list[str] | None = None) -> HostFacts:
+def probe_host(search_path: list[str] | None = None) -> HostInfo:
+    """The installed host with the patch verdict of a patchable one (found=False: none)."""
     host = detect_host(search_path)
     if host is None:
-        return HostFacts(found=False)
-    validated = error = None
-    if host.kind == "patched":
-        validated, error = _patch_status(host.package_dir, host.version, host.dist_name)
-    return HostFacts(
-        patch_validated=validated,
-        patch_error=error,
-        found=True,
-        dist_name=host.dist_name,
-        version=host.version,
-        kind=host.kind,
-        package_dir=str(host.package_dir),
-        has_route_flag=host.has_route_flag,
-        has_native_op=host.has_native_op,
-        has_hook_method=host.has_hook_method,
-        has_sm70_method=host.has_sm70_method,
-    )
+        return HostInfo(found=False)
+    if host.kind != "patched":
+        return host
+    version = host.version or "unknown"
+    validated, error = _patch_status(host.installed_dir, version, host.dist_name)
+    return host.model_copy(update={"patch_validated": validated, "patch_error": error})

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from qpnserve.config import Settings
 from qpnserve.errors import StateError
 from qpnserve.report.collect import collect, server_environ
 from qpnserve.report.redact import secret_values
@@ -30,11 +31,15 @@ def default_out(now: datetime | None = None) -> Path:
 
 
 def write_report(
-    out: Path | None = None, log_lines: int = 200, url: str | None = None
+    out: Path | None = None,
+    log_lines: int = 200,
+    url: str | None = None,
+    *,
+    settings: Settings,
 ) -> ReportResult:
-    environ = dict(os.environ)
-    gathered = collect(environ, log_lines, url)
-    _refuse_leftover_secrets(gathered.files, environ)
+    environ = dict(settings.environ)
+    gathered = collect(environ, log_lines, url, settings=settings)
+    _refuse_leftover_secrets(gathered.files, environ, settings)
     target = (out or default_out()).expanduser().resolve()
     folder = target.name.removesuffix(".tar.gz").removesuffix(".tgz")
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -62,11 +67,13 @@ def write_report(
     )
 
 
-def _refuse_leftover_secrets(files: dict[str, str], environ: dict[str, str]) -> None:
+def _refuse_leftover_secrets(
+    files: dict[str, str], environ: dict[str, str], settings: Settings
+) -> None:
     """Belt and braces: a secret value that survived redaction stops the report unwritten."""
     from qpnserve.lifecycle.control import status
 
-    running = status().running
+    running = status(settings=settings).running
     secrets = secret_values(environ, server_environ(running.pid if running else None))
     for name, text in files.items():
         if any(value in text for value in secrets):

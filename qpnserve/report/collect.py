@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from qpnserve import __version__
+from qpnserve.auth import api_key_from_env
+from qpnserve.config import DEFAULT_TP, Settings
 from qpnserve.report.redact import redact_argv, redact_env, redact_text, secret_values
 
 LOG_LINES = 200
@@ -45,18 +47,23 @@ def server_environ(pid: int | None) -> dict[str, str]:
 
 
 def collect(
-    environ: Mapping[str, str], log_lines: int = LOG_LINES, url: str | None = None
+    environ: Mapping[str, str],
+    log_lines: int = LOG_LINES,
+    url: str | None = None,
+    *,
+    settings: Settings,
 ) -> Collected:
     """Everything, redacted. ``url``: also a server qpnserve did not start (`status --url`)."""
     from qpnserve.lifecycle.control import status
     from qpnserve.lifecycle.remote import url_status
 
     out = Collected()
-    report = status()
+    report = status(settings=settings)
     running = report.running
     alive = report.server not in ("gone", "not running")
     server_env = server_environ(running.pid if running and alive else None)
-    remote = url_status(url) if url else None
+    key = api_key_from_env(settings.environ)
+    remote = url_status(url, api_key=key) if url else None
     remote_env = server_environ(remote.listener_pid if remote else None)
     secrets = secret_values(environ, server_env, remote_env)
 
@@ -64,7 +71,7 @@ def collect(
         out.files[name] = redact_text(text, secrets)
 
     keep("version.txt", _version_text())
-    check = _check(report, environ)
+    check = _check(report, environ, settings)
     keep("check.json", check[0])
     keep("host.json", json.dumps(check[1], indent=2))
     keep("status.json", _redacted_model(report.model_dump(mode="json"), secrets))
@@ -111,7 +118,9 @@ def _version_text() -> str:
     )
 
 
-def _check(report: Any, environ: Mapping[str, str]) -> tuple[str, dict[str, Any], str]:
+def _check(
+    report: Any, environ: Mapping[str, str], settings: Settings
+) -> tuple[str, dict[str, Any], str]:
     """(`check --json` for the desired model and TP, the host record, one summary line)."""
     from qpnserve.errors import QpnError
     from qpnserve.lifecycle.guards_probe import with_guard_rows
@@ -119,10 +128,10 @@ def _check(report: Any, environ: Mapping[str, str]) -> tuple[str, dict[str, Any]
 
     desired = report.desired
     model = Path(desired.model) if desired and desired.model else None
-    tp = desired.tp if desired else 4
+    tp = desired.tp if desired else DEFAULT_TP
     awq_m1 = desired.awq_m1 if desired else True
     try:
-        preflight = run_preflight(model, tp=tp, awq_m1=awq_m1, environ=environ)
+        preflight = run_preflight(model, settings=settings, tp=tp, awq_m1=awq_m1, environ=environ)
     except QpnError as exc:
         return json.dumps({"error": exc.message}), {"label": "unknown"}, f"not run: {exc.message}"
     preflight = with_guard_rows(preflight, environ, tp, model)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from qpnserve import config
+from qpnserve.auth import api_key_from_env
 from qpnserve.errors import CanaryError, UsageError
 from qpnserve.lifecycle.options import Progress, UpOptions
 from qpnserve.lifecycle.plan import desired_from
@@ -21,19 +22,22 @@ from qpnserve.verify.offline import default_plan, run_offline
 from qpnserve.verify.report import VerifyReport
 
 
-def verify_before_up(opts: UpOptions, progress: Progress) -> VerifyReport:
+def verify_before_up(
+    opts: UpOptions, progress: Progress, *, settings: config.Settings
+) -> VerifyReport:
     if not opts.awq_m1:
         raise UsageError("--verify verifies the route; it needs the route on (--awq-m1)")
     if not opts.model.is_dir():
         raise UsageError(f"--model {opts.model} is not a directory", hint="pass the checkpoint dir")
     plan = default_plan(opts.model, None, None, "both", None, "auto")
-    report = run_offline(plan, progress)
+    report = run_offline(plan, progress, build_dir=settings.build_dir)
     if report.verdict == "pass":
         progress(f"verify: {report.summary()}; starting the server")
         return report
-    root = config.state_dir()
+    root = settings.state_dir
     with locked(root):
-        write_desired(root, desired_from(replace(opts, awq_m1=False)))
+        key_in_env = api_key_from_env(settings.environ) is not None
+        write_desired(root, desired_from(replace(opts, awq_m1=False), key_in_env))
     progress("route: off for the next start (desired state saved); no server was started")
     kind = CanaryError if report.verdict == "outside" else VerifyError
     error = kind(

@@ -15,7 +15,6 @@ launches are not what the next plain `up` starts.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,11 +63,13 @@ def run_live(
     up_fields: dict[str, object],
     progress: Progress,
     quality: bool = True,
+    *,
+    settings: config.Settings,
 ) -> VerifyReport:
     from qpnserve.preflight.gather import host_facts
     from qpnserve.state import DESIRED_FILE, locked, read_desired, write_desired
 
-    host = host_facts()
+    host = host_facts(settings.facts_file)
     label = f"{host.dist_name or 'vllm'} {host.version or '?'}"
     if not host.found or host.kind == "none":
         raise VerifyError(
@@ -97,7 +98,7 @@ def run_live(
         f"{max(1, math.ceil(compare_s / 60))} min"
     )
     progress(f"verify (live): {cost}")
-    root = config.state_dir()
+    root = settings.state_dir
     capture_dir = root / "verify" / f"capture-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
     capture_dir.mkdir(parents=True)
     desired_before = read_desired(root) if root.is_dir() else None
@@ -105,12 +106,18 @@ def run_live(
     try:
         on_streams = _serve_once(
             True, up_fields, model, progress, capture=(capture_dir, picked_prefixes),
-            quality_prompts=prompts if quality else [],
+            quality_prompts=prompts if quality else [], settings=settings,
         )  # fmt: skip
         pair = None
         if quality:
             off_streams = _serve_once(
-                False, up_fields, model, progress, capture=None, quality_prompts=prompts
+                False,
+                up_fields,
+                model,
+                progress,
+                capture=None,
+                quality_prompts=prompts,
+                settings=settings,
             )
             pair = compare_streams(off_streams, on_streams)
             progress(f"verify (live): {pair.line()}")
@@ -136,13 +143,14 @@ def run_live(
 
 
 def _serve_once(
-    route_on: bool,
+    awq_m1: bool,
     up_fields: dict[str, object],
     model: Path,
     progress: Progress,
     *,
     capture: tuple[Path, list[int]] | None,
     quality_prompts: list[tuple[int, ...]],
+    settings: config.Settings,
 ) -> list[Stream]:
     """Start the server (eager), send the capture prompts (each armed) and the quality prompts,
     stop it whatever happens; return the quality streams."""
@@ -150,32 +158,29 @@ def _serve_once(
     from qpnserve.dispatch.capture import ARMED_FILE
 
     opts, _ = lifecycle.resolve_up_options(
-        model=model, awq_m1=route_on, detach=True, extra_args=["--enforce-eager"], **up_fields
+        model=model,
+        awq_m1=awq_m1,
+        settings=settings,
+        detach=True,
+        extra_args=["--enforce-eager"],
+        **up_fields,
     )
-    name = config.VERIFY_CAPTURE_DIR.name
-    saved = os.environ.pop(name, None)
-    if capture is not None:
-        os.environ[name] = str(capture[0])  # the server inherits it
+    # The server's environment is the settings' snapshot with the capture dir set (or removed).
+    capture_env = str(capture[0]) if capture is not None else None
+    server_settings = config.with_environ(settings, {config.VERIFY_CAPTURE_DIR.name: capture_env})
     streams: list[Stream] = []
+    running = lifecycle.up(opts, progress=progress, settings=server_settings)
     try:
-        running = lifecycle.up(opts, progress=progress)
-        try:
-            if capture is not None:
-                capture_dir, prefixes = capture
-                for prefix in prefixes:
-                    (capture_dir / ARMED_FILE).write_text(str(prefix))
-                    _send(running.base_url, running.served_model_name, PROMPTS[prefix], 600.0)
-                    (capture_dir / ARMED_FILE).unlink()
-                progress(f"verify (live): {len(prefixes)} prompts captured")
-            for prompt in quality_prompts:
-                streams.append(
-                    send_quality(running.base_url, running.served_model_name, prompt, 600.0)
-                )
-        finally:
-            progress(f"verify (live): stopping the route-{'on' if route_on else 'off'} server")
-            lifecycle.down(opts.stop_timeout_s, progress=progress)
+        if capture is not None:
+            capture_dir, prefixes = capture
+            for prefix in prefixes:
+                (capture_dir / ARMED_FILE).write_text(str(prefix))
+                _send(running.base_url, running.served_model_name, PROMPTS[prefix], 600.0)
+                (capture_dir / ARMED_FILE).unlink()
+            progress(f"verify (live): {len(prefixes)} prompts captured")
+        for prompt in quality_prompts:
+            streams.append(send_quality(running.base_url, running.served_model_name, prompt, 600.0))
     finally:
-        os.environ.pop(name, None)
-        if saved is not None:
-            os.environ[name] = saved
+        progress(f"verify (live): stopping the route-{'on' if awq_m1 else 'off'} server")
+        lifecycle.down(opts.stop_timeout_s, progress=progress, settings=settings)
     return streams

@@ -91,7 +91,7 @@ def parse_index_list(text: str | None, allowed: list[int], what: str) -> list[in
     return sorted(set(picked))
 
 
-def pick_device(device: str) -> tuple[Any, str]:
+def pick_device(device: str, build_dir: Path) -> tuple[Any, str]:
     """(torch device, which implementation runs) after loading the prebuilt operator."""
     import torch
 
@@ -100,12 +100,12 @@ def pick_device(device: str) -> tuple[Any, str]:
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise UsageError("--device cuda but no CUDA GPU is visible")
-        result = build.load()
+        result = build.load(build_dir=build_dir)
         archs = ",".join(a.replace(".", "") for a in result.arch_list)
         return torch.device("cuda"), (
             f"CUDA extension (sm_{archs}) on {torch.cuda.get_device_name()}"
         )
-    build.load(cpu_only=True)
+    build.load(cpu_only=True, build_dir=build_dir)
     return torch.device("cpu"), "CPU implementation of the operator (no GPU used)"
 
 
@@ -151,9 +151,10 @@ def judge(
     )
 
 
-def run_offline(plan: OfflinePlan, progress: Progress) -> VerifyReport:
+def run_offline(plan: OfflinePlan, progress: Progress, *, build_dir: Path) -> VerifyReport:
+    """``build_dir``: where the prebuilt operator is (Settings.build_dir)."""
     ck = Checkpoint(plan.model)
-    device, operator = pick_device(plan.device)
+    device, operator = pick_device(plan.device, build_dir)
     on_gpu = device.type == "cuda"
     cost = plan.cost(on_gpu)
     progress(f"verify --offline: {cost}")

@@ -8,6 +8,7 @@ import torch
 from qpnserve.benchop.banks import floor_expected_sum, make_layer
 from qpnserve.benchop.contenders import derive_torch
 from qpnserve.benchop.route_bytes import FLOOR_LOADS_PER_THREAD, floor_sink_len
+from qpnserve.config import load_settings
 
 pytestmark = pytest.mark.gpu
 
@@ -18,7 +19,9 @@ def ops():
         pytest.skip("no CUDA GPU")
     from qpnserve.kernels.build import build
 
-    build(target="bench")  # the bench extension: the server's library has no floor
+    build(
+        target="bench", build_dir=load_settings().build_dir
+    )  # the bench extension: the server's library has no floor
     return torch.ops.qpnserve_bench
 
 

@@ -74,7 +74,7 @@ def native_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fak
 def spy_op(monkeypatch: pytest.MonkeyPatch) -> SpyOperator:
     """The extension load replaced by a spy operator (records calls, writes a marker)."""
     spy = SpyOperator()
-    monkeypatch.setattr(runtime, "load_operator", lambda: (spy, TEST_BUILD_KEY, ("7.0",)))
+    monkeypatch.setattr(runtime, "load_operator", lambda _: (spy, TEST_BUILD_KEY, ("7.0",)))
     return spy
 
 

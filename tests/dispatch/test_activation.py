@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qpnserve.config import ROUTE_FLAG
+from qpnserve.config import ROUTE_FLAG, load_settings
 from qpnserve.dispatch import runtime
 from qpnserve.dispatch.wrap import HOOK, INIT, MARKER
 from qpnserve.errors import BuildError, DispatchError
@@ -103,7 +103,7 @@ def test_drifted_host_refuses_before_import(
 def test_missing_prebuilt_extension_stops_with_build_hint(
     validated_fake: FakeHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_build() -> None:
+    def no_build(build_dir: Path) -> None:
         raise BuildError("no prebuilt qpnserve extension; run `qpnserve build`")
 
     monkeypatch.setattr(runtime, "load_operator", no_build)
@@ -139,7 +139,7 @@ def test_host_without_hook_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_native_host_is_observed_not_patched(
     native_host: FakeHost, report_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_extension() -> None:
+    def no_extension(build_dir: Path) -> None:
         raise AssertionError("a native host must not load qpnserve's extension")
 
     monkeypatch.setattr(runtime, "load_operator", no_extension)
@@ -164,6 +164,6 @@ def test_native_host_whose_class_moved_is_left_alone(
     native_host: FakeHost, report_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     native_host.edit_source("class AWQSM70MoEMethod:", "class RenamedMethod:")
-    activation = runtime.activate()
+    activation = runtime.activate(load_settings())
     assert activation.mode == "none" and activation.host_kind == "native"
     assert not report_dir.exists()

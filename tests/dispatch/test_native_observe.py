@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qpnserve.config import REPORT_DIR, ROUTE_FLAG
+from qpnserve.config import REPORT_DIR, ROUTE_FLAG, load_settings
 from qpnserve.dispatch import runtime
 from qpnserve.dispatch.wrap import MARKER
 from qpnserve.errors import DispatchError
@@ -56,7 +56,7 @@ def test_native_host_whose_module_import_raises_gives_one_warning(
         "NATIVE = True", "NATIVE = True\nraise RuntimeError('CUDA init failed in the host')"
     )
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    activation = runtime.activate()
+    activation = runtime.activate(load_settings())
     assert (activation.host_kind, activation.mode) == ("native", "none")
     (line,) = _warnings(caplog)
     assert "RuntimeError: CUDA init failed in the host" in line

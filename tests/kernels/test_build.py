@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from qpnserve.config import load_settings
 from qpnserve.errors import BuildError, ExitCode, UsageError
 from qpnserve.kernels import build, toolchain
 
@@ -71,7 +72,7 @@ def test_load_without_a_build_raises_with_the_build_command(
     monkeypatch.setenv("QPNSERVE_BUILD_DIR", str(tmp_path / "empty"))
     monkeypatch.setattr(build, "_LOADED", {})
     with pytest.raises(BuildError) as info:
-        build.load(arch_list="7.0")
+        build.load(arch_list="7.0", build_dir=load_settings().build_dir)
     assert "qpnserve build" in (info.value.hint or "")
 
 

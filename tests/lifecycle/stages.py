@@ -8,14 +8,16 @@ can mistake it for a real build.
 
 from __future__ import annotations
 
+from qpnserve.config import Settings
+from qpnserve.host import HostInfo
 from qpnserve.lifecycle import stages
 from qpnserve.lifecycle.options import Progress
-from qpnserve.lifecycle.stages import HostSummary, Stages, run_preflight_stage
+from qpnserve.lifecycle.stages import Stages, run_preflight_stage
 
 TEST_BUILD_KEY = "test-no-build"
 
 
-def no_build(host: HostSummary, progress: Progress) -> str:
+def no_build(host: HostInfo, progress: Progress, settings: Settings) -> str:
     progress(f"extension: not built ({TEST_BUILD_KEY}: lifecycle test, no CUDA)")
     return TEST_BUILD_KEY
 

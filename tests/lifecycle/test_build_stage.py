@@ -9,17 +9,20 @@ import pytest
 import torch
 
 from qpnserve import config
+from qpnserve.config import Settings, load_settings
 from qpnserve.errors import BuildError
+from qpnserve.host import HostInfo
 from qpnserve.kernels import build, toolchain
 from qpnserve.lifecycle import stages
 from qpnserve.lifecycle.options import Progress
 from qpnserve.lifecycle.stages import (
-    HostSummary,
     Stages,
     prepare_extension_stage,
     run_preflight_stage,
 )
 from tests.lifecycle.conftest import Env, cli
+
+PATCHED = HostInfo(found=True, kind="patched", version="1.3.0")
 
 
 @pytest.mark.parametrize(("arch", "expected"), [("7.0", "7.0"), ("7.5", "7.5"), (None, None)])
@@ -39,7 +42,7 @@ def test_up_build_stage_honours_qpnserve_build_arch(
     else:
         monkeypatch.setenv(config.BUILD_ARCH.name, arch)
     said: list[str] = []
-    prepare_extension_stage(HostSummary("patched", "1.3.0"), said.append)
+    prepare_extension_stage(PATCHED, said.append, load_settings())
     assert asked == [expected]
     where = f"{config.BUILD_ARCH.name}={arch}" if arch else "the visible GPUs"
     assert said[0] == f"extension: building or reusing the AWQ M1 operator for {where}"
@@ -56,7 +59,7 @@ def test_up_build_stage_says_whether_it_built_or_reused_and_records_that_key(
 
     monkeypatch.setattr(build, "build", fake_build)
     said: list[str] = []
-    recorded = prepare_extension_stage(HostSummary("patched", "1.3.0"), said.append)
+    recorded = prepare_extension_stage(PATCHED, said.append, load_settings())
     assert said[-1] == f"extension: {verb} {key}"
     assert recorded == key  # what `up` writes as the running server's build_key
 
@@ -70,12 +73,12 @@ def test_no_visible_gpu_hint_names_what_up_reads(
     # A CUDA torch with no GPU in sight (a CPU torch is refused before any arch advice).
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     with pytest.raises(BuildError) as info:
-        build.build()
+        build.build(build_dir=tmp_path)
     assert "no CUDA GPU is visible" in info.value.message
     assert f"{config.BUILD_ARCH.name}=7.0" in (info.value.hint or "")
 
 
-def _failing_build(host: HostSummary, progress: Progress) -> str:
+def _failing_build(host: HostInfo, progress: Progress, settings: Settings) -> str:
     raise BuildError("no nvcc found: the operator cannot be built", hint="install CUDA 12.8")
 
 

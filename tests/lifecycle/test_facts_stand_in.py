@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from qpnserve import config
+from qpnserve.host import HostInfo
 from tests.lifecycle.conftest import FACTS_V100_OK, Env, cli
 
 STAND_IN = f"from {config.FACTS_FILE.name}={FACTS_V100_OK}"
@@ -53,9 +54,9 @@ def test_status_of_a_probed_host_names_no_facts_file(env: Env, monkeypatch) -> N
     probed = test_stages()
     real = probed.preflight
 
-    def preflight_without_file(opts, server_env, progress):  # type: ignore[no-untyped-def]
-        summary = real(opts, server_env, progress)
-        return stages.HostSummary(summary.kind, summary.version)
+    def preflight_without_file(opts, server_env, progress, settings):  # type: ignore[no-untyped-def]
+        summary = real(opts, server_env, progress, settings)
+        return HostInfo(found=True, kind=summary.kind, version=summary.version)
 
     probed.preflight = preflight_without_file
     monkeypatch.setattr(stages, "default_stages", lambda: probed)

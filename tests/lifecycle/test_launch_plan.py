@@ -88,12 +88,12 @@ def test_plugins_keep_names_untrimmed_as_vllm_reads_them() -> None:
     assert plugin_allow_list(" spaced", include_plugin=True, installed=[]) == f" spaced,{OURS}"
 
 
-@pytest.mark.parametrize("route_on, flag", [(True, "1"), (False, "0")])
-def test_env_sets_the_route_flag_explicitly_both_ways(route_on: bool, flag: str) -> None:
+@pytest.mark.parametrize("awq_m1, flag", [(True, "1"), (False, "0")])
+def test_env_sets_the_route_flag_explicitly_both_ways(awq_m1: bool, flag: str) -> None:
     # newer native hosts turn the route on when the flag is unset: off must be an explicit 0
     env = build_env(
         {config.ROUTE_FLAG.name: "true", "HOME": "/h"},
-        route_on=route_on,
+        awq_m1=awq_m1,
         include_plugin=True,
         report_dir=Path("/s/reports"),
         installed_plugins=[],

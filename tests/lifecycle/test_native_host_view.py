@@ -10,9 +10,9 @@ import pytest
 
 from qpnserve import config
 from qpnserve.cli.server import render_status
+from qpnserve.host import HostInfo
 from qpnserve.host_routes import grouped_route_text, route_flag_meaning
 from qpnserve.lifecycle import StatusReport
-from qpnserve.preflight.facts import HostFacts
 from qpnserve.preflight.gather import load_facts_file
 from tests.lifecycle.conftest import FACTS_V100_OK, Env, cli
 from tests.lifecycle.test_route_check import running
@@ -49,7 +49,7 @@ def test_status_on_native_host_names_explicit_flag_and_grouped_route() -> None:
 @pytest.fixture
 def native_facts(env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     facts = load_facts_file(FACTS_V100_OK)
-    facts.host = HostFacts(found=True, dist_name="revolta", version="0.1.4", kind="native")
+    facts.host = HostInfo(found=True, dist_name="revolta", version="0.1.4", kind="native")
     path = tmp_path / "facts_native.json"
     path.write_text(facts.model_dump_json())
     monkeypatch.setenv(config.FACTS_FILE.name, str(path))

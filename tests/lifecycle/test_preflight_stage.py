@@ -8,6 +8,7 @@ import os
 import pytest
 
 from qpnserve import config
+from qpnserve.config import load_settings
 from qpnserve.errors import PreflightError
 from qpnserve.lifecycle.options import UpOptions
 from qpnserve.lifecycle.stages import run_preflight_stage
@@ -20,7 +21,9 @@ def test_preflight_stage_judges_the_server_env_not_the_callers(
     monkeypatch.setenv(config.ROUTE_FLAG.name, "2")  # would FAIL `check` in this process
     before = dict(os.environ)
     server_env = {**os.environ, config.ROUTE_FLAG.name: "1"}
-    host = run_preflight_stage(UpOptions(model=env.model), server_env, lambda _: None)
+    host = run_preflight_stage(
+        UpOptions(model=env.model), server_env, lambda _: None, load_settings()
+    )
     assert host.kind == "patched"
     assert dict(os.environ) == before
 
@@ -28,6 +31,6 @@ def test_preflight_stage_judges_the_server_env_not_the_callers(
 def test_preflight_stage_fails_on_a_variable_only_the_server_env_holds(env: Env) -> None:
     server_env = {**os.environ, config.ROUTE_FLAG.name: "1", "VLLM_SM70_AWQ_MOE_DISABLE": "1"}
     with pytest.raises(PreflightError) as info:
-        run_preflight_stage(UpOptions(model=env.model), server_env, lambda _: None)
+        run_preflight_stage(UpOptions(model=env.model), server_env, lambda _: None, load_settings())
     assert "toolchain.host_env: VLLM_SM70_AWQ_MOE_DISABLE=1" in info.value.message
     assert "VLLM_SM70_AWQ_MOE_DISABLE" not in os.environ

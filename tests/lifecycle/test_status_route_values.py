@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from qpnserve import config
-from qpnserve.preflight.facts import HostFacts
+from qpnserve.host import HostInfo
 from qpnserve.preflight.gather import load_facts_file
 from tests.lifecycle.conftest import FACTS_V100_OK, Env, cli
 
@@ -91,7 +91,7 @@ def profile_host(env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> P
         "                'VLLM_SM70_AWQ_QWEN38_GROUPED_QPN': '1'}\n"
     )
     facts = load_facts_file(FACTS_V100_OK)
-    facts.host = HostFacts(
+    facts.host = HostInfo(
         found=True, dist_name="revolta", version="0.1.4", kind="native", package_dir=str(package)
     )
     path = tmp_path / "facts_native.json"

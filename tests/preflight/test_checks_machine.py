@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from qpnserve.host import HostInfo
 from qpnserve.preflight.checks import (
     check_gpu_compute_capability,
     check_gpu_count,
@@ -20,7 +21,6 @@ from qpnserve.preflight.checks import (
 from qpnserve.preflight.facts import (
     Facts,
     GpuFacts,
-    HostFacts,
     NvccFacts,
     TorchFacts,
 )
@@ -181,21 +181,21 @@ def test_check_nvcc_cuda13_cannot_target_sm70() -> None:
 def test_check_nvcc_missing_fails_on_patched_host_skips_on_native() -> None:
     missing = NvccFacts(found=False, error="no nvcc")
     assert check_nvcc(v100(nvcc=missing)).status == "FAIL"
-    native = HostFacts(found=True, dist_name="1cat-vllm", version="1.4.0", kind="native")
+    native = HostInfo(found=True, dist_name="1cat-vllm", version="1.4.0", kind="native")
     assert check_nvcc(v100(nvcc=missing, host=native)).status == "SKIP"
 
 
 @pytest.mark.parametrize(
     ("host", "status", "words"),
     [
-        (HostFacts(found=False), "FAIL", "no vllm package"),
+        (HostInfo(found=False), "FAIL", "no vllm package"),
         (
-            HostFacts(found=True, dist_name="vllm", version="0.11.0", kind="none"),
+            HostInfo(found=True, dist_name="vllm", version="0.11.0", kind="none"),
             "FAIL",
             "vllm 0.11.0: no SM70 AWQ MoE method",
         ),
         (
-            HostFacts(
+            HostInfo(
                 found=True,
                 dist_name="1cat-vllm",
                 version="1.2.0",
@@ -206,25 +206,25 @@ def test_check_nvcc_missing_fails_on_patched_host_skips_on_native() -> None:
             "neither",
         ),
         (
-            HostFacts(found=True, dist_name="revolta", version="0.1.4", kind="native"),
+            HostInfo(found=True, dist_name="revolta", version="0.1.4", kind="native"),
             "PASS",
             "revolta 0.1.4: native route built in (VLLM_SM70_AWQ_QWEN38_QPN_M1 on by default)",
         ),
         (
-            HostFacts(found=True, dist_name="1cat-vllm", version="1.3.0", kind="patched"),
+            HostInfo(found=True, dist_name="1cat-vllm", version="1.3.0", kind="patched"),
             "PASS",
             "patchable",
         ),
     ],
 )
-def test_check_host_kind(host: HostFacts, status: str, words: str) -> None:
+def test_check_host_kind(host: HostInfo, status: str, words: str) -> None:
     result = check_host(v100(host=host), awq_m1=True)
     assert result.status == status
     assert words in result.reason
 
 
 def test_check_host_without_route_is_a_warning_when_route_not_wanted() -> None:
-    host = HostFacts(
+    host = HostInfo(
         found=True, dist_name="1cat-vllm", version="1.2.0", kind="none", has_sm70_method=True
     )
     assert check_host(v100(host=host), awq_m1=False).status == "WARN"
@@ -232,7 +232,7 @@ def test_check_host_without_route_is_a_warning_when_route_not_wanted() -> None:
 
 @pytest.mark.parametrize("awq_m1", [True, False])
 def test_check_host_upstream_fails_naming_both_fixes(awq_m1: bool) -> None:
-    host = HostFacts(found=True, dist_name="vllm", version="0.11.0", kind="none")
+    host = HostInfo(found=True, dist_name="vllm", version="0.11.0", kind="none")
     result = check_host(v100(host=host), awq_m1=awq_m1)
     assert result.status == "FAIL"
     assert "no SM70 AWQ MoE method" in result.reason
@@ -241,7 +241,7 @@ def test_check_host_upstream_fails_naming_both_fixes(awq_m1: bool) -> None:
 
 
 def test_check_host_native_passes_with_route_off_too() -> None:
-    host = HostFacts(found=True, dist_name="revolta", version="0.1.4", kind="native")
+    host = HostInfo(found=True, dist_name="revolta", version="0.1.4", kind="native")
     assert check_host(v100(host=host), awq_m1=False).status == "PASS"
 
 
@@ -333,7 +333,7 @@ def test_check_route_flag_accepts_0_and_1(value: str) -> None:
 def test_check_route_flag_says_what_the_value_means_on_this_host(
     kind: str, value: str | None, words: str
 ) -> None:
-    host = HostFacts(found=True, dist_name="revolta", version="0.1.4", kind=kind)  # type: ignore[arg-type]
+    host = HostInfo(found=True, dist_name="revolta", version="0.1.4", kind=kind)  # type: ignore[arg-type]
     env = {} if value is None else {"VLLM_SM70_AWQ_QWEN38_QPN_M1": value}
     result = check_route_flag(v100(host=host, env=env))
     assert result.status == "PASS"

@@ -3,6 +3,7 @@ nvcc version text. A missing piece is a fact, never an exception."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import subprocess
@@ -145,7 +146,7 @@ def test_probe_nvcc_reads_fake_nvcc(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
     nvcc.chmod(0o755)
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
-    facts = probes.probe_nvcc()
+    facts = probes.probe_nvcc(os.environ)
     assert (facts.found, facts.version, facts.path) == (True, "13.0", str(nvcc))
 
 
@@ -154,7 +155,7 @@ def test_probe_gpu_records_nvml_init_failure(monkeypatch: pytest.MonkeyPatch) ->
         raise OSError("NVML Shared Library Not Found")
 
     monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=fail))
-    facts = probes.probe_gpu()
+    facts = probes.probe_gpu(os.environ)
     assert not facts.nvml_ok
     assert "NVML Shared Library Not Found" in (facts.error or "")
 
@@ -174,7 +175,7 @@ def test_probe_gpu_reads_devices_from_nvml(monkeypatch: pytest.MonkeyPatch) -> N
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    facts = probes.probe_gpu()
+    facts = probes.probe_gpu(os.environ)
     assert facts.nvml_ok and facts.driver_version == "570.124.06"
     assert facts.cuda_driver_version == "12.8"
     assert [(d.compute_capability, d.memory_total_mib) for d in facts.devices] == [
@@ -211,8 +212,9 @@ def test_probe_env_keeps_only_route_relevant_variables() -> None:
 def test_probe_does_not_import_torch_or_vllm() -> None:
     code = (
         "import sys\n"
+        "from qpnserve.config import load_settings\n"
         "from qpnserve.preflight import run_preflight\n"
-        "run_preflight(None, groups={'gpu', 'toolchain'})\n"
+        "run_preflight(None, settings=load_settings(), groups={'gpu', 'toolchain'})\n"
         "print(','.join(m for m in ('torch', 'vllm') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from qpnserve.config import load_settings
 from qpnserve.dispatch import runtime
 from qpnserve.host import NATIVE_OP_SCHEMA, ROUTE_FLAG_NAME, detect_host
 from qpnserve.host_routes import GROUPED_ROUTE_VARS, route_flag_meaning
@@ -108,10 +109,10 @@ def test_plugin_takes_the_native_path_on_real_revolta_without_the_manifest(
     seen = []
     monkeypatch.setattr(runtime, "load_manifest", no_manifest)
     monkeypatch.setattr(
-        observe, "observe_native", lambda host: seen.append(host) or ("observe", True)
+        observe, "observe_native", lambda host, report_dir: seen.append(host) or ("observe", True)
     )
     host = detect_host([revolta_site])
-    activation = runtime.activate(host=host)
+    activation = runtime.activate(load_settings(), host=host)
     assert (activation.host_kind, activation.mode, activation.host_version) == (
         "native",
         "observe",

@@ -48,8 +48,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS
-from qpnserve.dispatch.recorder import RouteRecorder, report_dir_from_env
+from qpnserve.config import PLUGIN_NAME, ROUTE_FLAG, VLLM_PLUGINS, load_settings
+from qpnserve.dispatch.recorder import RouteRecorder, rank_report_dir
 from tests.support.fake_server import FakeServerConfig, bind_socket, make_app
 
 NAME = "fake host (test stand-in, not vLLM)"
@@ -97,7 +97,7 @@ def write_rank_report(rank: int, tp: int, layers: int) -> None:
         host_version="fake-host",
         patch_id="fake-patch",
         build_key=os.environ.get("FAKE_HOST_BUILD_KEY") or None,
-        report_dir=report_dir_from_env(),
+        report_dir=rank_report_dir(load_settings()),
     )
     raw_sizes = os.environ.get("FAKE_HOST_CAPTURE", "1,2,4,8")
     sizes = sorted(int(n) for n in raw_sizes.split(",") if n.strip())

@@ -55,7 +55,7 @@ def _worker(rank: int, tp: int, model: Path) -> None:
     manifest = manifest_validating(host)
     runtime.load_manifest = lambda: manifest  # type: ignore[assignment]
     cpu_load = build.load
-    build.load = lambda *a, **k: cpu_load(cpu_only=True)  # type: ignore[assignment]
+    build.load = lambda *a, **k: cpu_load(cpu_only=True, build_dir=k["build_dir"])  # type: ignore[assignment]
     cls = host.host_class()
 
     # The stand-in's own one-token route only writes a sentinel; here it computes the layer

@@ -55,11 +55,11 @@ def test_live_verify_refuses_a_native_host_before_starting(
     env: Env,  # noqa: F811
     monkeypatch,  # type: ignore[no-untyped-def]
 ) -> None:
+    from qpnserve.host import HostInfo
     from qpnserve.preflight import gather
-    from qpnserve.preflight.facts import HostFacts
 
-    native = HostFacts(found=True, dist_name="revolta", version="0.1.4", kind="native")
-    monkeypatch.setattr(gather, "host_facts", lambda: native)
+    native = HostInfo(found=True, dist_name="revolta", version="0.1.4", kind="native")
+    monkeypatch.setattr(gather, "host_facts", lambda facts_file: native)
     result = cli("verify", "--model", str(env.model))
     assert result.exit_code == 1
     assert "native host (revolta 0.1.4) is not in this build" in result.stderr

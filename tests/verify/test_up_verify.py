@@ -32,7 +32,7 @@ def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Any]:
     monkeypatch.setenv("QPNSERVE_STATE_DIR", str(tmp_path / "state"))
     import qpnserve.lifecycle
 
-    monkeypatch.setattr(qpnserve.lifecycle, "up", lambda opts, progress: calls.append(opts))
+    monkeypatch.setattr(qpnserve.lifecycle, "up", lambda opts, **_: calls.append(opts))
     return calls
 
 
