@@ -167,14 +167,7 @@ def decide(
     """Speculation for a server launched with ``args`` and ``env`` (the OpenAI API server)."""
     config = declared(args)
     if config is not None:
-        k = config.get("num_speculative_tokens")
-        method = config.get("method")
-        return Speculation(
-            True,
-            str(method) if method is not None else None,
-            k if isinstance(k, int) else None,
-            "--speculative-config in the server's arguments",
-        )
+        return _speculating(config, "--speculative-config in the server's arguments")
     return _auto_rule(env, model_config, compute_capability, host_package_dir)
 
 
@@ -217,14 +210,16 @@ def from_server(speculating: bool, args: Sequence[str] | None = None) -> Specula
     """What a running vLLM says (its spec_decode counters), with k from its arguments if known."""
     if not speculating:
         return Speculation(False, source="its /metrics counts no draft tokens")
-    config = declared(args or []) or {}
+    return _speculating(declared(args or []) or {}, "its /metrics counts draft tokens")
+
+
+def _speculating(config: Mapping[str, Any], source: str) -> Speculation:
+    """Speculation on, with the method and k a --speculative-config names (None where it does
+    not, or names them oddly)."""
     k = config.get("num_speculative_tokens")
     method = config.get("method")
     return Speculation(
-        True,
-        str(method) if method is not None else None,
-        k if isinstance(k, int) else None,
-        "its /metrics counts draft tokens",
+        True, str(method) if method is not None else None, k if isinstance(k, int) else None, source
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from qpnserve.bench.compare import CompareReport
 from qpnserve.bench.models import BenchReport, CellResult
+from qpnserve.bench.steps import acceptance_figure
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -101,10 +102,10 @@ def draft_text(cell: CellResult) -> str:
     """Speculation's own figure: how many proposed draft tokens the target model accepted."""
     if cell.draft_acceptance_rate is None:
         return f"speculating; no draft token proposed ({cell.draft_tokens or 0})"
-    return (
-        f"speculating; draft acceptance {cell.draft_acceptance_rate:.2f} "
-        f"({cell.accepted_draft_tokens} of {cell.draft_tokens} draft tokens)"
+    figure = acceptance_figure(
+        cell.draft_acceptance_rate, cell.accepted_draft_tokens, cell.draft_tokens
     )
+    return f"speculating; {figure}"
 
 
 def _delta(value: float | None) -> str:

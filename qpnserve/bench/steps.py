@@ -194,7 +194,9 @@ def share_text(share: StepShare, when: str = "") -> str:
 def acceptance_text(share: StepShare) -> str:
     if share.acceptance_rate is None:
         return f"draft acceptance: no draft tokens ({share.draft_tokens or 0} proposed)"
-    return (
-        f"draft acceptance {share.acceptance_rate:.2f} "
-        f"({share.accepted_tokens} of {share.draft_tokens} draft tokens)"
-    )
+    return acceptance_figure(share.acceptance_rate, share.accepted_tokens, share.draft_tokens)
+
+
+def acceptance_figure(rate: float, accepted: float | None, proposed: float | None) -> str:
+    """Speculation's own figure, the same words in `status` and the bench table."""
+    return f"draft acceptance {rate:.2f} ({accepted} of {proposed} draft tokens)"

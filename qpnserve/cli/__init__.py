@@ -18,20 +18,24 @@ from qpnserve.cli import (  # noqa: F401  (registers commands)
     server,
     verify,
 )
-from qpnserve.cli.app import app
+from qpnserve.cli.app import COMMAND_NAME, app
 from qpnserve.errors import exit_codes_epilog
 
 
-def _add_exit_codes(typer_app: typer.Typer) -> None:
-    """Every command's --help ends with the exit codes (one definition: errors.py)."""
+def _finish_commands(typer_app: typer.Typer, prefix: str = "") -> None:
+    """Every command's --help ends with the exit codes (one definition: errors.py); every
+    callback learns its name as typed (e.g. "bench op"), for its --json error document."""
     for command in typer_app.registered_commands:
         command.epilog = command.epilog or exit_codes_epilog()
+        if command.callback is not None:  # typer's rule for an unnamed command: dashes
+            name = command.name or command.callback.__name__.lower().replace("_", "-")
+            setattr(command.callback, COMMAND_NAME, prefix + name)
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
-            _add_exit_codes(group.typer_instance)
+            _finish_commands(group.typer_instance, f"{prefix}{group.name} ")
 
 
-_add_exit_codes(app)
+_finish_commands(app)
 
 
 def main() -> None:

@@ -6,14 +6,19 @@
 - the settings (qpnserve.config) are read here, once per invocation, in the root callback that
   runs before every command (also under typer's CliRunner, which never calls ``main``); a
   command takes them with ``settings(ctx)`` and passes them down.
+- with ``--json``, a command that stops before printing its own document prints the one error
+  document (error_document), so stdout always holds exactly one JSON document.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import typer
@@ -46,8 +51,20 @@ def message(text: str) -> None:
     typer.echo(text, err=True)
 
 
+# The running command's name as typed, e.g. "bench smoke"; cli/__init__.py names each command
+# once all are registered (COMMAND_NAME on its callback), handles_errors sets it per call.
+COMMAND_NAME = "qpnserve_command"
+_running_command: ContextVar[str | None] = ContextVar(COMMAND_NAME, default=None)
+
+# JSON documents this process has printed: handles_errors prints the error document only when
+# the failing command has printed none (a partial report or a preflight report is the document).
+_documents_printed = 0
+
+
 def emit_json(data: Any) -> None:
     """One JSON document on stdout. Accepts pydantic models, dicts and lists."""
+    global _documents_printed
+    _documents_printed += 1
     if hasattr(data, "model_dump_json"):
         text = data.model_dump_json(indent=2)
     else:
@@ -63,18 +80,54 @@ def fail(exc: QpnError) -> typer.Exit:
     return typer.Exit(int(exc.exit_code))
 
 
+def error_document(exc: QpnError | KeyboardInterrupt, **extra: Any) -> dict[str, Any]:
+    """The one JSON document `--json` prints when a command stops without a document of its own:
+    the same error, hint and exit code as on stderr (docs/commands.md, "JSON on failure")."""
+    if isinstance(exc, QpnError):
+        code, text, hint = exc.exit_code, exc.message, exc.hint
+    else:  # Ctrl-C: what handles_errors turns into exit 130
+        code, text, hint = ExitCode.INTERRUPTED, "interrupted", None
+    return {"kind": "qpnserve.error", "ok": False, "command": _running_command.get(),
+            "exit_code": int(code), "error": text, "hint": hint, **extra}  # fmt: skip
+
+
+@contextlib.contextmanager
+def json_failures(as_json: bool, **extra: Any) -> Iterator[None]:
+    """For a command whose error document carries more keys (e.g. `bench ab`'s out_dir): print
+    it here; handles_errors then sees a document printed and adds none."""
+    try:
+        yield
+    except (QpnError, KeyboardInterrupt) as exc:
+        if as_json:
+            emit_json(error_document(exc, **extra))
+        raise
+
+
 def handles_errors(func: F) -> F:
-    """Turn QpnError into message + exit code, and Ctrl-C into exit 130, for one command."""
+    """Turn QpnError into message + exit code, and Ctrl-C into exit 130, for one command; with
+    --json, also print the error document unless the command printed a document of its own."""
+    json_flags = [
+        name
+        for name, param in inspect.signature(func).parameters.items()
+        if "--json" in (getattr(param.default, "param_decls", None) or ())
+    ]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        printed_before = _documents_printed
+        running = _running_command.set(getattr(wrapper, COMMAND_NAME, None))
         try:
             return func(*args, **kwargs)
-        except QpnError as exc:
-            raise fail(exc) from None
-        except KeyboardInterrupt:
+        except (QpnError, KeyboardInterrupt) as exc:
+            as_json = any(kwargs.get(name) for name in json_flags)
+            if as_json and _documents_printed == printed_before:
+                emit_json(error_document(exc))
+            if isinstance(exc, QpnError):
+                raise fail(exc) from None
             message("interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        finally:
+            _running_command.reset(running)
 
     return wrapper  # type: ignore[return-value]
 

@@ -7,10 +7,8 @@ still writes its partial report before the error line and the exit code (5 serve
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -18,7 +16,14 @@ if TYPE_CHECKING:
     from qpnserve.bench.smoke import SmokeOptions
 
 from qpnserve import config
-from qpnserve.cli.app import bench_app, emit_json, handles_errors, message, settings
+from qpnserve.cli.app import (
+    bench_app,
+    emit_json,
+    handles_errors,
+    json_failures,
+    message,
+    settings,
+)
 from qpnserve.config import (
     BENCH_URL,
     HOST,
@@ -56,39 +61,6 @@ def resolve_url(url: str | None, state_dir: Path) -> str:
         message(f"using the server qpnserve started: {running.base_url}")
         return running.base_url
     return config.DEFAULT_URL
-
-
-def error_document(command: str, exc: BaseException) -> dict[str, Any]:
-    """The one JSON document `--json` prints when a command fails before it has a report."""
-    from qpnserve.errors import ExitCode, QpnError
-
-    if isinstance(exc, QpnError):
-        code, text, hint = exc.exit_code, exc.message, exc.hint
-    else:  # KeyboardInterrupt: what handles_errors turns into exit 130
-        code, text, hint = ExitCode.INTERRUPTED, "interrupted", None
-    return {
-        "kind": "qpnserve.error",
-        "command": command,
-        "exit_code": int(code),
-        "error": text,
-        "hint": hint,
-    }
-
-
-@contextlib.contextmanager
-def json_failures(
-    as_json: bool, command: str, extra: dict[str, Any] | None = None
-) -> Iterator[None]:
-    """With --json, a failure inside still leaves exactly one document on stdout: the error's.
-    The exception then goes on to handles_errors (message on stderr, exit code)."""
-    from qpnserve.errors import QpnError
-
-    try:
-        yield
-    except (QpnError, KeyboardInterrupt) as exc:
-        if as_json:
-            emit_json({**error_document(command, exc), **(extra or {})})
-        raise
 
 
 def _write_out(path: Path, data: object) -> None:
@@ -163,23 +135,22 @@ def smoke(
     from qpnserve.bench.render import smoke_table
     from qpnserve.bench.smoke import run_smoke
 
-    with json_failures(as_json, "bench smoke"):
-        opts = _smoke_options(
-            resolve_url(url, settings(ctx).state_dir),
-            model,
-            concurrency,
-            output_tokens,
-            prompt_tokens,
-            prompt_file,
-            warmup,
-            rounds,
-            request_timeout_s,
-            label,
-        )
-        from qpnserve.auth import api_key_from_env
+    opts = _smoke_options(
+        resolve_url(url, settings(ctx).state_dir),
+        model,
+        concurrency,
+        output_tokens,
+        prompt_tokens,
+        prompt_file,
+        warmup,
+        rounds,
+        request_timeout_s,
+        label,
+    )
+    from qpnserve.auth import api_key_from_env
 
-        key = api_key_from_env(settings(ctx).environ)
-        outcome = run_smoke(opts, progress=message, api_key=key)
+    key = api_key_from_env(settings(ctx).environ)
+    outcome = run_smoke(opts, progress=message, api_key=key)
     message(smoke_table(outcome.report))
     if as_json:  # the report (partial when the run stopped early) is this run's one document
         emit_json(outcome.report)
@@ -202,8 +173,7 @@ def compare(
     from qpnserve.bench.compare import load_report
     from qpnserve.bench.render import compare_table
 
-    with json_failures(as_json, "bench compare"):
-        result = compare_reports(load_report(a), load_report(b), str(a), str(b))
+    result = compare_reports(load_report(a), load_report(b), str(a), str(b))
     message(compare_table(result))
     if as_json:
         emit_json(result)
@@ -260,7 +230,7 @@ def ab(
 
     found = settings(ctx)
     where = out_dir or default_out_dir(found.state_dir)
-    with json_failures(as_json, "bench ab", {"out_dir": str(where)}):
+    with json_failures(as_json, out_dir=str(where)):
         smoke_opts = _smoke_options(
             "",  # the URL is filled per arm from the started server
             None,

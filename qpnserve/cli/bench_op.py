@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, cast
 import typer
 
 from qpnserve.cli.app import bench_app, emit_json, handles_errors, message, settings
-from qpnserve.cli.build import json_failures
 from qpnserve.config import BENCH_OP_FORMAT, BENCH_OP_ITERS, BENCH_OP_LAYERS, Settings
 from qpnserve.geometry import NUM_MOE_LAYERS
 
@@ -69,10 +68,9 @@ def bench_op(
 ) -> None:
     """Time the op per layer in a CUDA graph against the read floor, the copy bandwidth, a plain
     PyTorch route and an FP16 cuBLAS baseline; refuse to time a wrong result."""
-    with json_failures(as_json, "bench op"):
-        _bench_op(
-            fmt, layers, iters, rounds, seed, op_path, prefetch_floor, trace, as_json, settings(ctx)
-        )
+    _bench_op(
+        fmt, layers, iters, rounds, seed, op_path, prefetch_floor, trace, as_json, settings(ctx)
+    )
 
 
 def _check_options(fmt: str, op_path: str, layers: int, iters: int, rounds: int) -> None:

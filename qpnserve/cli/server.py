@@ -81,7 +81,7 @@ def up(
     """Preflight, build or load the extension, start the server, prove it serves (and that every
     rank admitted every MoE layer with the route on), record it. Foreground unless --detach."""
     from qpnserve import lifecycle
-    from qpnserve.errors import ExitCode, PreflightError, QpnError
+    from qpnserve.errors import PreflightError, QpnError
 
     found = settings(ctx)
     try:
@@ -109,22 +109,13 @@ def up(
 
                 verify_before_up(opts, progress=message, settings=found)
             running = lifecycle.up(opts, progress=message, settings=found)
-    except QpnError as exc:  # options, the build, a conflict, the server: still one document
-        if json_out:
-            report = exc.report if isinstance(exc, PreflightError) else None
-            verified = getattr(exc, "verify_report", None)  # `--verify` refused: its report
-            # A FAILed preflight prints the document `qpnserve check --json` prints.
-            emit_json(
-                verified.to_json()
-                if verified is not None
-                else report
-                if report is not None
-                else _failure(exc.message, exc.hint, exc.exit_code)
-            )
-        raise
-    except KeyboardInterrupt:
-        if json_out:
-            emit_json(_failure("interrupted", None, ExitCode.INTERRUPTED))
+    except QpnError as exc:  # a report that explains the stop is the document, else the error's
+        report = exc.report if isinstance(exc, PreflightError) else None
+        verified = getattr(exc, "verify_report", None)  # `--verify` refused: its report
+        if json_out and verified is not None:
+            emit_json(verified.to_json())
+        elif json_out and report is not None:  # what `qpnserve check --json` prints
+            emit_json(report)
         raise
     if dry_run:
         _print_plan(checked.view, json_out)
@@ -133,11 +124,6 @@ def up(
         return
     if json_out:
         emit_json(running)
-
-
-def _failure(error: str, hint: str | None, exit_code: int) -> dict[str, object]:
-    """`up --json`'s document when it stops: the same error and hint as on stderr."""
-    return {"ok": False, "exit_code": int(exit_code), "error": error, "hint": hint}
 
 
 def _print_plan(view: PlanView, json_out: bool) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from qpnserve import config
-from qpnserve.cli.app import app, emit_json, handles_errors, message, settings
+from qpnserve.cli.app import app, emit_json, handles_errors, json_failures, message, settings
 
 
 @app.command()
@@ -78,9 +78,10 @@ def verify(
     """Compare the route's output, per MoE layer, TP rank and prefix, with an FP64 reference
     decoded from the checkpoint's own AWQ export; report the largest fraction of the contract's
     rounding bound used (W13, W2) beside the origin's figures, and a verdict."""
-    from qpnserve.errors import QpnError, UsageError
+    from qpnserve.errors import UsageError
 
-    try:
+    # the error document keeps "verdict" beside the report's, for scripts that read only it
+    with json_failures(as_json, verdict="error"):
         if model is None:
             raise UsageError("missing --model", hint="qpnserve verify --offline --model DIR")
         if offline:
@@ -105,17 +106,6 @@ def verify(
             report = run_live(
                 model, layers, prefixes, up_fields, message, quality=quality, settings=settings(ctx)
             )
-    except QpnError as exc:
-        if as_json:  # one JSON document on stdout, failures included
-            emit_json(
-                {
-                    "verdict": "error",
-                    "error": exc.message,
-                    "hint": exc.hint,
-                    "exit_code": int(exc.exit_code),
-                }
-            )
-        raise
     from qpnserve.verify.report import render_table
 
     if as_json:

@@ -44,7 +44,7 @@ def test_json_usage_failure_is_one_error_document(
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == exit_code, result.output
     document = one_document(result.stdout)
-    keys = {"kind", "command", "exit_code", "error", "hint"}
+    keys = {"kind", "ok", "command", "exit_code", "error", "hint"}
     assert set(document) == (keys | {"out_dir"} if command == "bench ab" else keys)
     assert (document["kind"], document["command"]) == ("qpnserve.error", command)
     assert document["exit_code"] == exit_code

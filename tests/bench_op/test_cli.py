@@ -16,7 +16,7 @@ from qpnserve.cli import app
 runner = CliRunner()
 
 # The keys of every --json failure document (the server benchmarks' too).
-ERROR_KEYS = {"kind", "command", "exit_code", "error", "hint"}
+ERROR_KEYS = {"kind", "ok", "command", "exit_code", "error", "hint"}
 
 
 def test_bench_op_rejects_unknown_format_with_usage_exit() -> None:

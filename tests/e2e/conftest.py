@@ -32,6 +32,7 @@ import pytest
 
 from qpnserve.config import PLUGIN_NAME
 from qpnserve.lifecycle.procs import descendants, group_members
+from tests.support.signals import default_sigint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FACTS_V100 = REPO_ROOT / "tests" / "data" / "facts_v100_ok.json"
@@ -159,6 +160,34 @@ class Server:
 
     def log_text(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.state_dir.glob("logs/*.log"))
+
+    def start_foreground(self, args: list[str]) -> subprocess.Popen[str]:
+        """`qpnserve ARGS` left running in its own session, SIGINT at its default action (as
+        Ctrl-C in a terminal finds it); its stderr is kept for the test's message."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "qpnserve", *args],
+            env=self.env,
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=default_sigint,
+        )
+
+    def wait_for_phase(
+        self, phase: str, timeout_s: float, proc: subprocess.Popen[str] | None = None
+    ) -> dict[str, object]:
+        """The running record once it reaches ``phase``; with ``proc``, that `up` must live."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            record = self.running_record()
+            if record is not None and record.get("phase") == phase:
+                return record
+            if proc is not None:
+                assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.5)
+        raise AssertionError(f"the server never reached {phase!r}; log:\n{self.log_text()[-3000:]}")
 
 
 def new_server(scratch: Path, model: Path, name: str, facts: Path = FACTS_V100) -> Server:

@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,44 +14,22 @@ import pytest
 from qpnserve.lifecycle.procs import all_stats
 from tests.e2e.conftest import (
     FACTS_V100,
-    REPO_ROOT,
     MakeServer,
-    Server,
     base_env,
     live,
     run_cli,
     server_pids,
     wait_until_gone,
 )
-from tests.support.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
 
 
-def _wait_for_record_phase(server: Server, phase: str, timeout_s: float) -> dict[str, object]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        record = server.running_record()
-        if record is not None and record.get("phase") == phase:
-            return record
-        time.sleep(0.5)
-    raise AssertionError(f"the server never reached {phase!r}; log:\n{server.log_text()[-3000:]}")
-
-
 def test_ctrl_c_of_a_foreground_up_stops_every_vllm_process(make_server: MakeServer) -> None:
     server = make_server("foreground")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "qpnserve", *server.up_args("--no-awq-m1")],
-        env=server.env,
-        cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_sigint,
-    )
+    proc = server.start_foreground(server.up_args("--no-awq-m1"))
     try:
-        record = _wait_for_record_phase(server, "ready", timeout_s=600)
+        record = server.wait_for_phase("ready", timeout_s=600)
         pids = server_pids(int(str(record["pid"])))
         assert len(live(pids)) >= 3
         proc.send_signal(signal.SIGINT)

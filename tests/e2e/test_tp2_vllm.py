@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -20,7 +19,6 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import (
-    REPO_ROOT,
     SERVER_ARGS,
     UP_TIMEOUT_S,
     MakeServer,
@@ -31,7 +29,6 @@ from tests.e2e.conftest import (
     server_pids,
     wait_until_gone,
 )
-from tests.support.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
 
@@ -222,24 +219,9 @@ def test_sigkill_of_worker_tp1_takes_vllm_down_and_status_says_so(
 
 def test_ctrl_c_of_a_foreground_tp2_up_leaves_no_process(make_server: MakeServer) -> None:
     server = keyed(make_server("tp2-foreground"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "qpnserve", *tp2_args(server)],
-        env=server.env,
-        cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_sigint,
-    )
+    proc = server.start_foreground(tp2_args(server))
     try:
-        deadline = time.monotonic() + UP_TIMEOUT_S
-        record = server.running_record()
-        while time.monotonic() < deadline and (record or {}).get("phase") != "ready":
-            assert proc.poll() is None, proc.communicate()[1]
-            time.sleep(0.5)
-            record = server.running_record()
-        assert record is not None and record["phase"] == "ready"
+        record = server.wait_for_phase("ready", UP_TIMEOUT_S, proc)
         pids = server_pids(int(str(record["pid"])))
         assert len(live(pids)) >= 4
         proc.send_signal(signal.SIGINT)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -19,6 +17,7 @@ from qpnserve.errors import ServerError, UsageError
 from qpnserve.lifecycle.options import UpOptions
 from qpnserve.lifecycle.readiness import wait_ready
 from tests.lifecycle.conftest import Env, cli, environ_of
+from tests.support.json_http import JsonHandler, serving
 
 PLANTED_KEY = "sk-planted-4b1d9e7c"  # a value no other text here contains
 
@@ -68,15 +67,7 @@ def test_api_key_without_exactly_one_value_is_refused(extra: list[str], tmp_path
 # --- readiness and bench against a key-guarded stand-in ---
 
 
-class _Guarded(BaseHTTPRequestHandler):
-    def _send(self, status: int, payload: object) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
+class _Guarded(JsonHandler):
     def _authorized(self) -> bool:
         return self.headers.get("Authorization") == f"Bearer {PLANTED_KEY}"
 
@@ -95,17 +86,11 @@ class _Guarded(BaseHTTPRequestHandler):
         else:
             self._send(200, {"choices": [{"text": " hi", "index": 0}]})
 
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
 def guarded_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Guarded)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Guarded) as url:
+        yield url
 
 
 def _wait(url: str, key: str | None, tmp_path: Path) -> None:

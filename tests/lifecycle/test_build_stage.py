@@ -92,7 +92,9 @@ def test_up_json_prints_one_document_when_the_build_stage_fails(
     assert result.exit_code == 3, result.output
     document = json.loads(result.stdout)  # exactly one JSON document, nothing else
     assert document == {
+        "kind": "qpnserve.error",
         "ok": False,
+        "command": "up",
         "exit_code": 3,
         "error": "no nvcc found: the operator cannot be built",
         "hint": "install CUDA 12.8",

@@ -3,30 +3,20 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from qpnserve.errors import ServerError
 from qpnserve.lifecycle.readiness import wait_ready
+from tests.support.json_http import JsonHandler, serving
 
 MODEL = "m"
 
 
-def _handler(completion_status: int) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, status: int, payload: object) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+def _handler(completion_status: int) -> type[JsonHandler]:
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             if self.path == "/health":
                 self._send(200, {})
@@ -42,21 +32,14 @@ def _handler(completion_status: int) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send(completion_status, {"error": "engine dead"})
 
-        def log_message(self, *args: object) -> None:
-            pass
-
     return Handler
 
 
 @pytest.fixture
 def standin(request: pytest.FixtureRequest) -> Iterator[str]:
     """A server that passes /health and /v1/models; its completion answers request.param."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(request.param))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_handler(request.param)) as url:
+        yield url
 
 
 def _wait(base_url: str, log: Path) -> None:

@@ -168,13 +168,18 @@ def main(argv: list[str] | None = None) -> None:
     key = os.environ.get("VLLM_API_KEY")
     serve(guarded(app, key) if key else app, sock, ignore_sigterm)
     log("shutting down the workers")
-    for pid in workers:
+    stop_workers(workers)
+    log("stopped")
+
+
+def stop_workers(pids: list[int]) -> None:
+    """SIGTERM each forked worker and reap it; one already gone is fine."""
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
-    log("stopped")
 
 
 def load(app: object, loaded_fd: int, num_workers: int) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from qpnserve.route_report import read_reports
-from tests.support.fake_host import log, serve
+from tests.support.fake_host import log, serve, stop_workers
 from tests.support.fake_server import FakeServerConfig, bind_socket, make_app
 
 DONE = "standin-done-r{rank}-p{prefix}"
@@ -186,12 +186,7 @@ def main() -> None:
 
     threading.Thread(target=load, daemon=True).start()
     serve(_wait_for_workers(app, tp), sock, ignore_sigterm=False)
-    for pid in workers:
-        try:
-            os.kill(pid, signal.SIGTERM)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+    stop_workers(workers)
 
 
 if __name__ == "__main__":
