@@ -105,8 +105,8 @@ FAULTS: tuple[Fault, ...] = (
     Fault(
         "route-flag-true",
         "qpnserve/dispatch/flag.py",
-        '    if raw == "1":',
-        '    if raw in ("1", "true"):',
+        "    if raw in ROUTE_FLAG_VALUES:",
+        '    if raw in (*ROUTE_FLAG_VALUES, "true"):',
         ("tests/dispatch/test_flag_and_plugin.py",),
         "the flag is exactly 0 or 1; a synonym here disagrees with the host's own parser",
     ),
@@ -326,8 +326,8 @@ FAULTS: tuple[Fault, ...] = (
     Fault(
         "wt-build-stage-arch",
         "qpnserve/lifecycle/stages.py",
-        "    result = build(arch_list=arch, progress=progress)",
-        '    result = build(arch_list="7.0", progress=progress)',
+        "    result = build(arch_list=arch, progress=progress, build_dir=settings.build_dir)",
+        '    result = build(arch_list="7.0", progress=progress, build_dir=settings.build_dir)',
         (LC + "test_build_stage.py",),
         "test_build_stage asserted its own fake's key; $QPNSERVE_BUILD_ARCH must reach build",
     ),
