@@ -2,8 +2,8 @@
 the settings object that is the only reader of this process's environment.
 
 Every option that users set in scripts also reads a ``QPNSERVE_*`` variable; those are listed
-here so the README table and the code cannot drift: tests/preflight/test_readme_env.py checks
-the README, and ``python tools/env_table.py --write`` regenerates its table.
+here so the table in docs/commands.md and the code cannot drift: tests/preflight/test_env_table.py
+checks it, and ``python tools/env_table.py --write`` regenerates it.
 
 Settings are read at two edges, once each: the CLI's root callback (qpnserve/cli/app.py, which
 every command invocation runs first) and the plugin's ``register`` (qpnserve/plugin.py, in every

@@ -1,9 +1,9 @@
-"""Render README's environment-variable table from qpnserve.config.ALL_VARS.
+"""Render docs/commands.md's environment-variable table from qpnserve.config.ALL_VARS.
 
 Run:  python tools/env_table.py            # print the table
-      python tools/env_table.py --write    # replace README's env section with it
+      python tools/env_table.py --write    # replace docs/commands.md's env section with it
 
-tests/preflight/test_readme_env.py fails when README's table and ALL_VARS disagree.
+tests/preflight/test_env_table.py fails when docs/commands.md's table and ALL_VARS disagree.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from qpnserve.config import ALL_VARS
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+COMMANDS = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 BEGIN, END = "<!-- SECTION:env -->\n", "<!-- /SECTION:env -->"
 
 
@@ -30,15 +30,15 @@ def render() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="README env table from ALL_VARS")
-    parser.add_argument("--write", action="store_true", help="rewrite README's env section")
+    parser = argparse.ArgumentParser(description="docs/commands.md env table from ALL_VARS")
+    parser.add_argument("--write", action="store_true", help="rewrite the table in place")
     args = parser.parse_args()
     if not args.write:
         print(render(), end="")
         return 0
-    text = README.read_text(encoding="utf-8")
+    text = COMMANDS.read_text(encoding="utf-8")
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    README.write_text(text[:start] + render() + text[end:], encoding="utf-8")
+    COMMANDS.write_text(text[:start] + render() + text[end:], encoding="utf-8")
     return 0
 
 
