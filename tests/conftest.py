@@ -68,3 +68,13 @@ def cuda_extension(pytestconfig: pytest.Config):  # -> BuildResult
         return current
     with _build_dir(_test_build_dir(pytestconfig)):
         return build.build(progress=print, build_dir=_test_build_dir(pytestconfig))
+
+
+@pytest.fixture(scope="session")
+def bench_extension(pytestconfig: pytest.Config, cuda_extension):  # -> BuildResult
+    """The bench-only extension (floor, derive, traced copy, barrier probe), built beside the
+    operator's CUDA build (gpu tests only)."""
+    from qpnserve.kernels import build
+
+    with _build_dir(_test_build_dir(pytestconfig)):
+        return build.build(target="bench", progress=print, build_dir=_test_build_dir(pytestconfig))

@@ -62,17 +62,13 @@ def test_run_trace_runs_four_scenarios_and_keeps_warm_up_out() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["4byte", "3byte"])
+@pytest.mark.usefixtures("cuda_extension", "bench_extension")
 def test_gpu_traced_copy_computes_the_op_and_stamps_in_order(fmt: str) -> None:
     import torch
 
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
     from qpnserve.benchop.banks import make_layer
     from qpnserve.benchop.cuda import traced_call
-    from qpnserve.kernels.build import build
 
-    build()
-    build(target="bench")
     device = torch.device("cuda")
     layer = make_layer(fmt, torch.Generator(device=device).manual_seed(3), device)
     stamps = traced_call(device)(layer, True)

@@ -30,14 +30,8 @@ print("completed", flush=True)
 
 
 @pytest.fixture(scope="module")
-def bench_library():  # type: ignore[no-untyped-def]
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU visible")
-    from qpnserve.kernels.build import build
-
-    return build(target="bench").path
+def bench_library(bench_extension):  # type: ignore[no-untyped-def]
+    return bench_extension.path
 
 
 @pytest.mark.parametrize("mode", [0, 3], ids=["design-barrier", "alternating-with-cg-sync"])

@@ -356,14 +356,12 @@ def _symbols(library: object) -> str:
     return done.stdout
 
 
-def test_gpu_server_library_has_no_bench_code(cuda_extension) -> None:  # type: ignore[no-untyped-def]
+def test_gpu_server_library_has_no_bench_code(cuda_extension, bench_extension) -> None:  # type: ignore[no-untyped-def]
     # The read floor, the derive kernel, the traced copy and the barrier probe live in the bench
     # extension, which only `bench op` builds; the library a server loads has none of them.
-    from qpnserve.kernels.build import build
-
     op_symbols = _symbols(cuda_extension.path)
     assert "v100_moe_kernel" in op_symbols
     for name in ("read_floor", "derive_input", "barrier_probe", "awq_moe_m1_traced"):
         assert name not in op_symbols, name
-    bench_symbols = _symbols(build(target="bench").path)
+    bench_symbols = _symbols(bench_extension.path)
     assert "read_floor" in bench_symbols and "awq_moe_m1_traced" in bench_symbols
