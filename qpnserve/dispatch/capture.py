@@ -16,6 +16,13 @@ the banks' metadata format, written atomically. Arms: ``route`` (the operator's 
 server used) and, on a patched host, ``legacy``: the host's original route run on copies of the
 output and scratch (the server's own output is untouched). Capturing never stops serving: a
 failure is one warning.
+
+On a native host (ReVolta) the route runs inside the host's own hook, so the observer calls the
+host's op (``torch.ops._C.awq_moe_qpn_m1_sm70_out``) itself, once, on the call's real inputs
+and the layer's own banks, into fresh NaN-filled tensors: the one exception to observe-only,
+made only while live `verify` arms a prompt. The capture also records whether the output the
+server actually served equals that route output bit for bit (``served``): "identical" says the
+host's route served the call, "differs" that something else did.
 """
 
 from __future__ import annotations
@@ -28,11 +35,11 @@ from typing import Any
 
 from qpnserve.config import Settings
 from qpnserve.dispatch.recorder import layer_name, tp_rank_and_size
+from qpnserve.geometry import INTERMEDIATE, TOP_K
 
 logger = logging.getLogger("vllm.qpnserve_awq_m1")
 
 ARMED_FILE = "armed"
-TOP_K = 10
 
 
 def capture_path(directory: Path, rank: int, layer: str, prefix: int, arm: str) -> Path:
@@ -84,12 +91,60 @@ class Capture:
                     rank, name, prefix, "legacy", fmt, (x, ids, weights, legacy_out, legacy_h)
                 )
         except Exception as exc:  # observe only: never break the server's decode step
-            if not self.warned:
-                self.warned = True
-                logger.warning("qpnserve verify: capturing %s failed: %s", name, exc)
+            self.warn(name, exc)
+
+    def after_native(
+        self,
+        layer: Any,
+        call: tuple[Any, Any, Any, dict[str, Any], int],  # x, weights, ids, buffers, top_k
+        served: Any,
+        native_op: Callable[..., Any],
+    ) -> None:
+        """Called after a native host's hook served a one-token call of a layer it admitted:
+        run ``native_op`` on the call's inputs and save it as the ``route`` arm."""
+        prefix = self.armed_prefix()
+        if prefix is None or _graph_capturing(served):
+            return
+        name = layer_name(layer)
+        rank = tp_rank_and_size(layer)[0]
+        if (rank, name, prefix) in self.seen:
+            return
+        self.seen.add((rank, name, prefix))
+        try:
+            import torch
+
+            x, weights, ids, _buffers, _top_k = call
+            out = torch.full_like(served, float("nan"))  # an element the op skips stays NaN
+            inter = torch.full(
+                (TOP_K, INTERMEDIATE), float("nan"), dtype=out.dtype, device=out.device
+            )
+            # Tensor boundary: the host's schema (out, intermediate, input, w13, s13, w2, s2,
+            # ids, topk): out (1,2560) fp16, intermediate (10,160) fp16, banks as the host
+            # prepared them, ids (1,10) int32, weights (1,10) fp32.
+            native_op(
+                out, inter, x, layer.w13_tm_weight, layer.w13_tm_scales, layer.w2_tm_weight,
+                layer.w2_tm_scales, ids, weights,
+            )  # fmt: skip
+            fmt = "3byte" if str(layer.w13_tm_scales.dtype).endswith("uint8") else "4byte"
+            same = "identical" if bool(torch.equal(out, served)) else "differs"
+            self._save(rank, name, prefix, "route", fmt, (x, ids, weights, out, inter), same)
+        except Exception as exc:  # observe only: never break the server's decode step
+            self.warn(name, exc)
+
+    def warn(self, name: str, exc: Exception) -> None:
+        if not self.warned:  # one line per process, not one per layer
+            self.warned = True
+            logger.warning("qpnserve verify: capturing %s failed: %s", name, exc)
 
     def _save(
-        self, rank: int, name: str, prefix: int, arm: str, fmt: str, tensors: tuple[Any, ...]
+        self,
+        rank: int,
+        name: str,
+        prefix: int,
+        arm: str,
+        fmt: str,
+        tensors: tuple[Any, ...],
+        served: str = "",
     ) -> None:
         import numpy as np
 
@@ -99,7 +154,7 @@ class Capture:
         tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
         np.savez(
             tmp, x=x, ids=ids, weights=weights, out=out, intermediate=inter, layer=name,
-            meta_format=fmt, rank=rank, prefix=prefix, arm=arm,
+            meta_format=fmt, rank=rank, prefix=prefix, arm=arm, served=served,
         )  # fmt: skip
         os.replace(tmp, path)
 

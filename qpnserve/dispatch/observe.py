@@ -15,9 +15,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from qpnserve.dispatch.capture import Capture
 from qpnserve.dispatch.recorder import RouteRecorder, tp_rank_and_size
-from qpnserve.dispatch.wrap import install_observer
-from qpnserve.host import METHOD_CLASS, METHOD_MODULE, METHOD_MODULE_RELPATH, HostInfo
+from qpnserve.dispatch.wrap import Operator, install_observer
+from qpnserve.host import (
+    METHOD_CLASS,
+    METHOD_MODULE,
+    METHOD_MODULE_RELPATH,
+    NATIVE_OP_NAME,
+    HostInfo,
+)
 from qpnserve.route_report import report_path
 
 logger = logging.getLogger("vllm.qpnserve_awq_m1")
@@ -63,9 +70,19 @@ def native_host_class(package_dir: Path) -> type:
     return cls
 
 
-def observe_native(host: HostInfo, report_dir: Path) -> tuple[str, bool]:
+def host_op() -> Operator:
+    """The native host's own M1 op, ``_C::awq_moe_qpn_m1_sm70_out`` (resolved when first
+    needed: vLLM loads the host's ``_C`` library after the plugins register)."""
+    import torch
+
+    return getattr(torch.ops._C, NATIVE_OP_NAME)
+
+
+def observe_native(
+    host: HostInfo, report_dir: Path, capture: Capture | None = None
+) -> tuple[str, bool]:
     """Install the observer: ("observe", newly installed), or ("none", False) after one
-    warning line when anything on the way fails."""
+    warning line when anything on the way fails. ``capture``: live `verify`'s, else None."""
     try:
         cls = native_host_class(host.installed_dir)
         recorder = ObservingRecorder(
@@ -76,7 +93,8 @@ def observe_native(host: HostInfo, report_dir: Path) -> tuple[str, bool]:
             build_key=None,
             report_dir=report_dir,
         )
-        return "observe", install_observer(cls, recorder=recorder)
+        newly = install_observer(cls, recorder=recorder, capture=capture, native_op=host_op)
+        return "observe", newly
     except Exception as exc:  # whatever the host's import raises: the server goes on
         _warn("cannot observe the route", exc)
         return "none", False

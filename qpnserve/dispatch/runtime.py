@@ -103,7 +103,8 @@ def activate(
     if host.kind == "native":
         from qpnserve.dispatch.observe import observe_native
 
-        mode, newly = observe_native(host, rank_report_dir(settings))
+        capture = capture_from_settings(settings)  # live `verify` only; None when serving
+        mode, newly = observe_native(host, rank_report_dir(settings), capture)
         return Activation("native", host.version, mode, newly, None, None)
 
     manifest = manifest or load_manifest()

@@ -16,6 +16,8 @@ Native host: only an observer around process_weights_after_loading that reads th
 per-layer decision (``layer.sm70_awq_qwen38_qpn_m1``) into the route report, and the same
 apply watcher, which there records the captured rows only (whether the host's route went into
 a graph is not observable: "unknown"); the route is the host's, nothing in the dispatch changes.
+Only while live `verify` runs the server does the observer also wrap the host's hook, to run
+the host's op once more on a call the host served (dispatch/capture.py).
 """
 
 from __future__ import annotations
@@ -206,12 +208,23 @@ def _layer_and_x(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, An
     return layer, x
 
 
-def install_observer(cls: type, *, recorder: RouteRecorder) -> bool:
-    """Native host: record the host's own per-layer decision; False when already installed."""
+def install_observer(
+    cls: type,
+    *,
+    recorder: RouteRecorder,
+    capture: Capture | None = None,
+    native_op: Callable[[], Operator] | None = None,
+) -> bool:
+    """Native host: record the host's own per-layer decision; False when already installed.
+
+    ``capture`` (live `verify` only) also wraps the host's hook: after the host served a
+    one-token call of a layer it admitted, the capture runs the host's op on that call
+    (``native_op()`` resolves it then, once vLLM has loaded the host's library)."""
     if applied_mode(cls) is not None:
         return False
     original_init = getattr(cls, INIT)
     original_apply = getattr(cls, APPLY, None)
+    original_hook = getattr(cls, HOOK, None)
 
     @functools.wraps(original_init)
     def process_weights_after_loading(self: Any, layer: Any) -> Any:
@@ -235,6 +248,9 @@ def install_observer(cls: type, *, recorder: RouteRecorder) -> bool:
 
     originals = {INIT: original_init}
     setattr(cls, INIT, process_weights_after_loading)
+    if capture is not None and native_op is not None and callable(original_hook):
+        originals[HOOK] = original_hook
+        setattr(cls, HOOK, _native_capture_hook(original_hook, capture, native_op))
     if callable(original_apply):
         originals[APPLY] = original_apply
 
@@ -260,6 +276,36 @@ def install_observer(cls: type, *, recorder: RouteRecorder) -> bool:
         {"mode": "observe", "patch_id": None, "originals": originals, "recorder": recorder},
     )
     return True
+
+
+def _native_capture_hook(
+    original_hook: Callable[..., Any], capture: Capture, native_op: Callable[[], Operator]
+) -> Callable[..., Any]:
+    """The native host's hook, unchanged, then live `verify`'s capture of the call it served."""
+
+    @functools.wraps(original_hook)
+    def _apply_legacy_single_token_compact(
+        self: Any,
+        layer: Any,
+        x: Any,
+        topk_weights: Any,
+        topk_ids_i32: Any,
+        buffers: dict[str, Any],
+        top_k: int,
+        output: Any,
+    ) -> Any:
+        result = original_hook(self, layer, x, topk_weights, topk_ids_i32, buffers, top_k, output)
+        try:  # the host's own admission: its per-layer decision and the one-token shapes
+            if getattr(layer, NATIVE_DECISION_ATTR, False) is True and (
+                admission_failure(x, topk_weights, topk_ids_i32) is None
+            ):
+                call = (x, topk_weights, topk_ids_i32, buffers, top_k)
+                capture.after_native(layer, call, output, native_op())
+        except Exception as exc:  # verify must never break the host's decode step
+            capture.warn(layer_name(layer), exc)
+        return result
+
+    return _apply_legacy_single_token_compact
 
 
 def remove(cls: type) -> bool:

@@ -4,7 +4,8 @@ The comparison half (the server half is live_run.py): every capture the ranks' p
 (qpnserve/dispatch/capture.py) becomes a sample, compared with the FP64 reference decoded from
 the checkpoint's export for that rank, per arm (``route``; ``legacy``, the host's own route, on
 a patched host); a (layer, prefix, rank, arm) that was expected but never captured is refused
-("not captured"), never passed.
+("not captured"), never passed. On a native host the captures also say whether the server's own
+output was the route's (``served``), counted into ``report.served``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class Captured:
     weights: np.ndarray  # (10,) float32
     out: np.ndarray  # (2560,) float64 of fp16 values
     intermediate: np.ndarray  # (10, 160) float64 of fp16 values
+    # Native host: "identical" when the output the server served was the route's bit for bit,
+    # "differs" when not; "" on a patched host (there the served output is the capture).
+    served: str = ""
 
 
 def read_captures(directory: Path) -> list[Captured]:
@@ -58,6 +62,7 @@ def read_captures(directory: Path) -> list[Captured]:
                     weights=d["weights"].reshape(TOP_K).astype(np.float32),
                     out=d["out"].reshape(HIDDEN).astype(np.float64),
                     intermediate=d["intermediate"].astype(np.float64),
+                    served=str(d["served"]) if "served" in d.files else "",
                 )
             )
     return found
@@ -68,6 +73,10 @@ def compare_captures(directory: Path, report: VerifyReport, arms: list[str]) -> 
     ck = Checkpoint(Path(report.model))
     captures = read_captures(directory)
     by_key = {(c.layer, c.prefix, c.rank, c.arm): c for c in captures}
+    checked = [c for c in captures if c.served and c.layer in report.layers]
+    if checked:
+        identical = sum(c.served == "identical" for c in checked)
+        report.served = {"checked": len(checked), "identical": identical}
     for layer in report.layers:
         mine = [c for c in captures if c.layer == layer and c.prefix in report.prefixes]
         experts = {int(e): ck.expert(layer, int(e)) for c in mine for e in c.ids}

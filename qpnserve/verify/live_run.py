@@ -6,6 +6,10 @@ inside the Qwen3.8 vocabulary and clear of its special tokens; the numerics do n
 their meaning. Each asks for 2 tokens: the first comes from the prefill (many rows, never the
 route), the second from one decode step, the one-token call the capture records.
 
+On a native host (ReVolta) the route is the host's own: the plugin's observer runs the host's
+op once more on each captured call (dispatch/capture.py), so the route arm is the host's kernel
+on the host's banks; there is no legacy arm.
+
 The quality pair (verify/quality.py) starts the server a second time, route off, and sends the
 same prompts greedily, as the route-on server did after its captures. Each server is stopped
 afterwards whatever happens, and the desired state is restored to what it was: verify's eager
@@ -22,6 +26,7 @@ from pathlib import Path
 from qpnserve import config
 from qpnserve.errors import ServerError
 from qpnserve.geometry import TP_SIZE
+from qpnserve.host import NATIVE_OP_NAME
 from qpnserve.verify.export import Checkpoint, VerifyError
 from qpnserve.verify.live import compare_captures
 from qpnserve.verify.offline import parse_index_list
@@ -77,16 +82,12 @@ def run_live(
             "patched host's hook), so there is nothing to verify",
             hint="install 1Cat-vLLM or ReVolta; `qpnserve verify --offline` needs no server",
         )
-    if host.kind == "native":
-        raise VerifyError(
-            f"live verify on a native host ({label}) is not in this build: its route runs inside "
-            "the host's own method, which qpnserve only observes; nothing was examined",
-            hint="`qpnserve verify --offline --model DIR` checks the operator on your checkpoint",
-        )
+    native = host.kind == "native"
     ck = Checkpoint(model)
     picked_layers = parse_index_list(layers, ck.moe_layers, "layers")
     picked_prefixes = parse_index_list(prefixes, list(range(len(PROMPTS))), "prefixes")
-    arms = ["route", "legacy"]
+    # A native host's route runs inside its own method: the route arm only, through its op.
+    arms = ["route"] if native else ["route", "legacy"]
     num = len(picked_layers) * len(picked_prefixes) * TP_SIZE * len(arms)
     compare_s = num * _S_PER_SAMPLE + len(picked_layers) * 30 * _S_PER_EXPERT_READ
     starts = "twice (eager; route on, then off for the quality pair)" if quality else "once"
@@ -127,11 +128,17 @@ def run_live(
                 write_desired(root, desired_before)
             else:
                 (root / DESIRED_FILE).unlink(missing_ok=True)
+    operator = (
+        f"the host's own op _C::{NATIVE_OP_NAME} (native host {label}), run by qpnserve once more "
+        "on each captured call"
+        if native
+        else f"the route inside the server (patched host {label}, qpnserve's operator)"
+    )
     report = VerifyReport(
         mode="live",
         model=str(model),
-        operator=f"the route inside the server (patched host {label}, qpnserve's operator)",
-        banks="the host's own prepared banks",
+        operator=operator,
+        banks="the host's own prepared banks (the host's preparation is under test too)",
         cost=cost,
         layers=picked_layers,
         prefixes=picked_prefixes,

@@ -69,6 +69,9 @@ class VerifyReport:
     fault_layer: int | None = None
     samples: list[SampleResult] = field(default_factory=list)
     quality: Any = None  # live mode: the quality pair (verify.quality.QualityPair), or None
+    # Live mode on a native host: {"checked": captured calls, "identical": of those, how many
+    # the server served with exactly the route's output}; None elsewhere.
+    served: dict[str, int] | None = None
 
     @property
     def examined(self) -> list[SampleResult]:
@@ -164,8 +167,21 @@ class VerifyReport:
             "worst": worst.to_json() if worst else None,
             "exit_code": int(self.exit_code),
             "quality": self.quality.to_json() if self.quality is not None else None,
+            "served": self.served,
             "samples": [s.to_json() for s in self.samples],
         }
+
+
+def served_line(served: dict[str, int]) -> str:
+    """Whether the native host's own route served the captured calls."""
+    checked, identical = served["checked"], served["identical"]
+    line = (
+        f"served: the server's own output was the route's, bit for bit, on {identical} of "
+        f"{checked} captured one-token calls"
+    )
+    if identical < checked:
+        line += f"; {checked - identical} were served by something else than the route"
+    return line
 
 
 def _fraction(value: float | None) -> str:
@@ -217,5 +233,7 @@ def render_table(report: VerifyReport) -> str:
         lines.append(f"deliberate fault: {report.fault} in layer {report.fault_layer}")
     if report.quality is not None:
         lines.append(report.quality.line())
+    if report.served is not None:
+        lines.append(served_line(report.served))
     lines.append(report.summary())
     return "\n".join(lines)

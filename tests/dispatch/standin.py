@@ -24,7 +24,9 @@ What it does not copy: the real weight preparation (the test hands over prepared
 sentinel and count the call, so a test can tell which route ran), buffer pools, logging.
 Test-only knobs: ``layer.stand_in_overrides`` (attributes set after the host's own, to break one
 init requirement at a time) and ``NATIVE = True`` (a native build: it also sets
-``layer.sm70_awq_qwen38_qpn_m1``, the native host's per-layer decision).
+``layer.sm70_awq_qwen38_qpn_m1``, the native host's per-layer decision, and its hook calls
+``torch.ops._C.awq_moe_qpn_m1_sm70_out`` for an admitted one-token call when a test has defined
+that op: tests/support/host_ops.py; otherwise it writes the sentinel like the legacy route).
 """
 
 from __future__ import annotations
@@ -81,6 +83,18 @@ class AWQSM70MoEMethod:
     def _apply_legacy_single_token_compact(
         self, layer, x, topk_weights, topk_ids_i32, buffers, top_k, output
     ):
+        if (
+            NATIVE
+            and getattr(layer, "sm70_awq_qwen38_qpn_m1", False)
+            and tuple(x.shape) == (1, 2560)
+            and hasattr(torch.ops._C, "awq_moe_qpn_m1_sm70_out")
+        ):
+            layer.native_route_calls += 1
+            torch.ops._C.awq_moe_qpn_m1_sm70_out(
+                output, buffers["intermediate"], x, layer.w13_tm_weight, layer.w13_tm_scales,
+                layer.w2_tm_weight, layer.w2_tm_scales, topk_ids_i32, topk_weights,
+            )
+            return output
         layer.host_route_calls.append(tuple(x.shape))
         output.fill_(HOST_ROUTE_VALUE)
         return output
@@ -203,6 +217,7 @@ class StandInLayer:
     stand_in_overrides: dict[str, Any] = field(default_factory=dict)
     host_init_calls: int = 0
     host_route_calls: list[tuple[int, ...]] = field(default_factory=list)
+    native_route_calls: int = 0  # a native stand-in's calls of the host op (when one is defined)
 
 
 def one_token_call(num_tokens: int = 1) -> dict[str, torch.Tensor]:

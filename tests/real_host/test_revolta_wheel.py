@@ -109,7 +109,7 @@ def test_plugin_takes_the_native_path_on_real_revolta_without_the_manifest(
     seen = []
     monkeypatch.setattr(runtime, "load_manifest", no_manifest)
     monkeypatch.setattr(
-        observe, "observe_native", lambda host, report_dir: seen.append(host) or ("observe", True)
+        observe, "observe_native", lambda host, *_: seen.append(host) or ("observe", True)
     )
     host = detect_host([revolta_site])
     activation = runtime.activate(load_settings(), host=host)

@@ -11,7 +11,9 @@ stand-in has no model, so it has no hidden states of its own). The leader answer
 only once every worker has run the armed prefix's step.
 
 Environment (optional): VERIFY_STANDIN_BREAK="<layer>:<fault>" prepares that layer's banks with
-one of qpnserve.verify.prepare.FAULTS; VERIFY_STANDIN_FORMAT=4byte|3byte (default 3byte).
+one of qpnserve.verify.prepare.FAULTS; VERIFY_STANDIN_FORMAT=4byte|3byte (default 3byte);
+VERIFY_STANDIN_HOST=native makes the workers' host a native one (the native stand-in class, whose
+hook calls the stand-in of the host's op, tests/support/host_ops.py; the plugin observes).
 Needs $QPNSERVE_BUILD_DIR holding a CPU build of the operator.
 """
 
@@ -48,14 +50,20 @@ def _worker(rank: int, tp: int, model: Path) -> None:
     from qpnserve.verify.samples import routed_experts, sample
     from tests.dispatch.conftest import manifest_validating
     from tests.dispatch.standin import StandInLayer, write_fake_host
+    from tests.support import host_ops
 
+    native = os.environ.get("VERIFY_STANDIN_HOST") == "native"
     site = Path(tempfile.mkdtemp(prefix=f"standin-site-r{rank}-"))
-    host = write_fake_host(site / "site")
+    host = write_fake_host(site / "site", native=native)
     sys.path.insert(0, str(host.site))
-    manifest = manifest_validating(host)
-    runtime.load_manifest = lambda: manifest  # type: ignore[assignment]
     cpu_load = build.load
-    build.load = lambda *a, **k: cpu_load(cpu_only=True, build_dir=k["build_dir"])  # type: ignore[assignment]
+    if native:  # the host's op (a stand-in over the operator's CPU build), as vLLM loads _C
+        cpu_load(cpu_only=True, build_dir=Path(os.environ["QPNSERVE_BUILD_DIR"]))
+        host_ops.define()
+    else:
+        manifest = manifest_validating(host)
+        runtime.load_manifest = lambda: manifest  # type: ignore[assignment]
+        build.load = lambda *a, **k: cpu_load(cpu_only=True, build_dir=k["build_dir"])  # type: ignore[assignment]
     cls = host.host_class()
 
     # The stand-in's own one-token route only writes a sentinel; here it computes the layer
@@ -73,7 +81,8 @@ def _worker(rank: int, tp: int, model: Path) -> None:
         )  # fmt: skip
         return output
 
-    cls._apply_legacy_single_token_compact = _apply_legacy_single_token_compact
+    if not native:  # the native stand-in's own hook calls the host's op
+        cls._apply_legacy_single_token_compact = _apply_legacy_single_token_compact
     register()
 
     ck = Checkpoint(model)

@@ -7,8 +7,10 @@ sends the prompts, stops it and restores the desired state.
   the real plugin on the stand-in host class with the operator's CPU build: every (layer,
   prefix, rank, arm) captured and within the bounds (exit 0), and a broken bank preparation in
   one layer exits 7 naming that layer.
-- A native host is refused before anything starts. Upstream vLLM (no route) is refused in
-  test_cli_offline.py.
+- A native host (VERIFY_STANDIN_HOST=native: the workers' host class is the native stand-in,
+  whose hook calls the stand-in of the host's op): the route arm only, through the host's op,
+  every sample within and every call served by the route; the host's broken preparation in one
+  layer exits 7 naming it. Upstream vLLM (no route) is refused in test_cli_offline.py.
 """
 
 from __future__ import annotations
@@ -49,21 +51,6 @@ def test_live_verify_on_the_stand_in_examines_nothing_and_leaves_no_server(
     assert read_running(env.state) is None
     after = read_desired(env.state)
     assert after is not None and after.awq_m1 is False and after.extra_args == []
-
-
-def test_live_verify_refuses_a_native_host_before_starting(
-    env: Env,  # noqa: F811
-    monkeypatch,  # type: ignore[no-untyped-def]
-) -> None:
-    from qpnserve.host import HostInfo
-    from qpnserve.preflight import gather
-
-    native = HostInfo(found=True, dist_name="revolta", version="0.1.4", kind="native")
-    monkeypatch.setattr(gather, "host_facts", lambda facts_file: native)
-    result = cli("verify", "--model", str(env.model))
-    assert result.exit_code == 1
-    assert "native host (revolta 0.1.4) is not in this build" in result.stderr
-    assert read_running(env.state) is None
 
 
 @pytest.fixture
@@ -125,3 +112,48 @@ def test_live_verify_never_stops_a_server_it_did_not_start(env: Env) -> None:  #
         assert desired is not None and desired.awq_m1 is False  # the user's, restored
     finally:
         assert cli("down").exit_code == 0
+
+
+@pytest.fixture
+def native_live_env(live_env: Env, monkeypatch: pytest.MonkeyPatch) -> Env:
+    """The live-verify stand-in with a native host: in the workers (the native stand-in class)
+    and in the CLI's host facts (which a real native install would give)."""
+    from qpnserve.host import HostInfo
+    from qpnserve.preflight import gather
+
+    native = HostInfo(found=True, dist_name="revolta", version="0.1.4", kind="native")
+    monkeypatch.setattr(gather, "host_facts", lambda facts_file: native)
+    monkeypatch.setenv("VERIFY_STANDIN_HOST", "native")
+    return live_env
+
+
+def test_live_verify_on_a_native_host_checks_the_host_op_and_what_it_served(
+    native_live_env: Env, seeded_checkpoint: Path
+) -> None:
+    result = cli(
+        "verify", "--model", str(seeded_checkpoint), "--prefixes", "0", "--no-quality", "--json"
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    # 2 layers x 1 prefix x 4 ranks x 1 arm (a native host has no legacy arm to compare)
+    assert doc["counts"] == {"samples": 8, "within": 8, "outside": 0, "refused": 0}
+    assert set(doc["arms"]) == {"route"}
+    assert doc["served"] == {"checked": 8, "identical": 8}
+    assert "_C::awq_moe_qpn_m1_sm70_out (native host revolta 0.1.4)" in doc["operator"]
+    assert "x 1 arms = 8 samples" in result.stderr
+    assert server_processes(native_live_env.state / "run") == {}
+    assert read_running(native_live_env.state) is None
+
+
+def test_live_verify_on_a_native_host_catches_its_broken_preparation(
+    native_live_env: Env, seeded_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERIFY_STANDIN_BREAK", "0:gate-up-concat")
+    result = cli(
+        "verify", "--model", str(seeded_checkpoint), "--prefixes", "2", "--no-quality", "--json"
+    )
+    assert result.exit_code == 7, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["worst"]["layer"] == 0
+    assert {s["status"] for s in doc["samples"] if s["layer"] == 1} == {"within"}
+    assert server_processes(native_live_env.state / "run") == {}
