@@ -41,6 +41,18 @@ def verify(
     device: str = typer.Option(
         "auto", "--device", help="Offline: auto (a visible GPU, else CPU), cpu or cuda."
     ),
+    banks: str = typer.Option(
+        "auto",
+        "--banks",
+        help="Offline: who prepares the banks: auto (the installed host's own converter where "
+        "it runs here, else qpnserve, saying why), host (fail if it cannot) or qpnserve.",
+    ),
+    op: str = typer.Option(
+        "auto",
+        "--op",
+        help="Offline: which M1 op runs: auto (a native host's own op where it runs here, else "
+        "qpnserve's operator, saying why), host (fail if it cannot) or qpnserve.",
+    ),
     fault: str | None = typer.Option(
         None,
         "--break",
@@ -85,13 +97,21 @@ def verify(
         if model is None:
             raise UsageError("missing --model", hint="qpnserve verify --offline --model DIR")
         if offline:
+            from qpnserve.host import detect_host  # installed files: the converter loads from them
             from qpnserve.verify.offline import default_plan, run_offline
 
-            plan = default_plan(model, layers, prefixes, meta_format, fault, device)
-            report = run_offline(plan, progress=message, build_dir=settings(ctx).build_dir)
+            plan = default_plan(model, layers, prefixes, meta_format, fault, device, banks, op)
+            report = run_offline(
+                plan,
+                progress=message,
+                build_dir=settings(ctx).build_dir,
+                host=detect_host(),
+            )
         else:
             offline_only = {"--break": fault, "--meta-format": meta_format != "both"}
             offline_only["--device"] = device != "auto"
+            offline_only["--banks"] = banks != "auto"
+            offline_only["--op"] = op != "auto"
             given = [name for name, value in offline_only.items() if value]
             if given:
                 raise UsageError(f"{', '.join(given)} only apply with --offline")

@@ -30,7 +30,9 @@ def verify_before_up(
     if not opts.model.is_dir():
         raise UsageError(f"--model {opts.model} is not a directory", hint="pass the checkpoint dir")
     plan = default_plan(opts.model, None, None, "both", None, "auto")
-    report = run_offline(plan, progress, build_dir=settings.build_dir)
+    from qpnserve.host import detect_host  # the installed files: the converter is loaded from them
+
+    report = run_offline(plan, progress, build_dir=settings.build_dir, host=detect_host())
     if report.verdict == "pass":
         progress(f"verify: {report.summary()}; starting the server")
         return report

@@ -3,8 +3,9 @@ reference decoded from the same checkpoint's export, with seeded synthetic activ
 
 No server. Per selected MoE layer: read the experts its samples route to (as stored), compute
 the reference of each sample on each rank, prepare each rank's banks (full 512-expert banks, so
-the real expert ids address them; only the routed experts hold data), run the operator (the CUDA
-extension on a GPU, else its CPU implementation), and measure the fraction of the retained
+the real expert ids address them; only the routed experts hold data; by the installed host's
+own converter where it runs here, verify/host_prepare.py, else by qpnserve), run the operator
+(the CUDA extension on a GPU, else its CPU implementation), and measure the fraction of the retained
 rounding bound used (bounds.py). torch is imported here, not at the CLI's import.
 """
 
@@ -20,8 +21,9 @@ import numpy as np
 
 from qpnserve.errors import UsageError
 from qpnserve.geometry import HIDDEN, INTERMEDIATE, TOP_K, TP_SIZE
+from qpnserve.host import HostInfo
 from qpnserve.kernels.reference import FORMATS, Format
-from qpnserve.verify import bounds, prepare, samples
+from qpnserve.verify import bounds, host_prepare, prepare, samples, sources
 from qpnserve.verify.export import Checkpoint
 from qpnserve.verify.reference import reference
 from qpnserve.verify.report import SampleResult, VerifyReport
@@ -47,6 +49,8 @@ class OfflinePlan:
     fault: str | None = None
     fault_layer: int | None = None
     device: str = "auto"  # "auto" | "cpu" | "cuda"
+    banks: str = "auto"  # who prepares them: "auto" (the host where it can), "host", "qpnserve"
+    op: str = "auto"  # which M1 op runs: "auto" (a native host's own where it can), "host", ...
 
     @property
     def num_samples(self) -> int:
@@ -91,25 +95,7 @@ def parse_index_list(text: str | None, allowed: list[int], what: str) -> list[in
     return sorted(set(picked))
 
 
-def pick_device(device: str, build_dir: Path) -> tuple[Any, str]:
-    """(torch device, which implementation runs) after loading the prebuilt operator."""
-    import torch
-
-    from qpnserve.kernels import build
-
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda but no CUDA GPU is visible")
-        result = build.load(build_dir=build_dir)
-        archs = ",".join(a.replace(".", "") for a in result.arch_list)
-        return torch.device("cuda"), (
-            f"CUDA extension (sm_{archs}) on {torch.cuda.get_device_name()}"
-        )
-    build.load(cpu_only=True, build_dir=build_dir)
-    return torch.device("cpu"), "CPU implementation of the operator (no GPU used)"
-
-
-def _run_op(banks: prepare.Banks, sample: samples.Sample, device: Any) -> tuple[Any, Any]:
+def _run_op(op: Any, banks: prepare.Banks, sample: samples.Sample, device: Any) -> tuple[Any, Any]:
     import torch
 
     nan = float("nan")  # poisoned: an element the operator does not write stays NaN
@@ -119,7 +105,7 @@ def _run_op(banks: prepare.Banks, sample: samples.Sample, device: Any) -> tuple[
     ids = torch.from_numpy(sample.ids.reshape(1, TOP_K)).to(device)
     weights = torch.from_numpy(sample.weights.reshape(1, TOP_K)).to(device)
     args = (out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights)
-    torch.ops.qpnserve.awq_moe_m1_out(*args)
+    op(*args)
     return out.cpu().numpy().astype(np.float64), inter.cpu().numpy().astype(np.float64)
 
 
@@ -151,19 +137,24 @@ def judge(
     )
 
 
-def run_offline(plan: OfflinePlan, progress: Progress, *, build_dir: Path) -> VerifyReport:
-    """``build_dir``: where the prebuilt operator is (Settings.build_dir)."""
+def run_offline(
+    plan: OfflinePlan, progress: Progress, *, build_dir: Path, host: HostInfo | None = None
+) -> VerifyReport:
+    """``build_dir``: where the prebuilt operator is (Settings.build_dir); ``host``: the
+    installed host, whose own bank preparation (and, native, M1 op) run where they can."""
     ck = Checkpoint(plan.model)
-    device, operator = pick_device(plan.device, build_dir)
-    on_gpu = device.type == "cuda"
-    cost = plan.cost(on_gpu)
+    device = sources.device(plan.device)
+    cost = plan.cost(device.type == "cuda")
     progress(f"verify --offline: {cost}")
-    progress(f"operator: {operator}; {prepare.HOST_PREPARATION_NOTE}")
+    op, operator = sources.operator(plan.op, host, device, build_dir)
+    probe_expert = ck.expert(plan.layers[0], samples.routed_experts(plan.layers[0], [0])[0])
+    host_prep, banks_text = sources.banks(plan, host, probe_expert, device)
+    progress(f"operator: {operator}; {banks_text}")
     report = VerifyReport(
         mode="offline",
         model=str(plan.model),
         operator=operator,
-        banks=prepare.HOST_PREPARATION_NOTE,
+        banks=banks_text,
         cost=cost,
         layers=plan.layers,
         prefixes=plan.prefixes,
@@ -179,10 +170,17 @@ def run_offline(plan: OfflinePlan, progress: Progress, *, build_dir: Path) -> Ve
         experts = {e: ck.expert(layer, e) for e in samples.routed_experts(layer, plan.prefixes)}
         refs = {s.prefix: reference(s, experts, plan.ranks) for s in layer_samples}
         for rank_pos, rank in enumerate(plan.ranks):
-            shares = {e: prepare.share(ex, rank, fault) for e, ex in experts.items()}
+            shares = (
+                {}
+                if host_prep
+                else {e: prepare.share(ex, rank, fault) for e, ex in experts.items()}
+            )
             for fmt in plan.meta_formats:
-                for e, part in shares.items():
-                    banks[fmt].write(e, part)
+                for e, ex in experts.items():
+                    if host_prep is not None:
+                        host_prepare.write(banks[fmt], e, ex, rank, host_prep)
+                    else:
+                        banks[fmt].write(e, shares[e])
                 for s in layer_samples:
                     ref = refs[s.prefix][rank_pos]
                     if ref.refused:
@@ -190,7 +188,7 @@ def run_offline(plan: OfflinePlan, progress: Progress, *, build_dir: Path) -> Ve
                             layer, s.prefix, rank, "route", fmt, "refused", reason=ref.refused
                         )
                     else:
-                        out, inter = _run_op(banks[fmt], s, device)
+                        out, inter = _run_op(op, banks[fmt], s, device)
                         result = judge(layer, s.prefix, rank, "route", fmt, out, inter, ref)
                     report.samples.append(result)
                 banks[fmt].clear()
@@ -210,8 +208,17 @@ def default_plan(
     meta_format: str,
     fault: str | None,
     device: str,
+    banks: str = "auto",
+    op: str = "auto",
 ) -> OfflinePlan:
     """Validate the options against the checkpoint's MoE layers (UsageError: exit 2)."""
+    for name, value in (("--banks", banks), ("--op", op)):
+        if value not in sources.CHOICES:
+            raise UsageError(f"{name} {value!r}: choose auto, host or qpnserve")
+    if banks == "host" and fault is not None:
+        raise UsageError(
+            "--break breaks qpnserve's own preparation: it needs --banks auto or qpnserve"
+        )
     if meta_format not in (*FORMATS, "both"):
         raise UsageError(f"--meta-format {meta_format!r}: choose 4byte, 3byte or both")
     if fault is not None and fault not in prepare.FAULTS:
@@ -231,4 +238,6 @@ def default_plan(
         fault=fault,
         fault_layer=picked_layers[-1] if fault else None,
         device=device,
+        banks=banks,
+        op=op,
     )

@@ -1,10 +1,11 @@
 """qpnserve's own bank preparation: the checkpoint's AWQ export -> contract section 3's banks.
 
 The host prepares its banks at load time (1Cat-vLLM and ReVolta call a compiled converter on
-the GPU, inside the layer's process_weights_after_loading, with the layer's own state), which
-cannot be driven offline without the host and a V100. So `verify --offline` prepares the banks
-here from the same export and says so: "banks prepared by qpnserve; the host's preparation not
-tested". Live mode reads the host's own banks.
+the GPU, inside the layer's process_weights_after_loading). `verify --offline` drives that
+converter where the host's library runs (verify/host_prepare.py: a V100 with the host
+installed); elsewhere, or with `--banks qpnserve` or `--break`, it prepares the banks here from
+the same export and says so: "banks prepared by qpnserve; the host's preparation not tested".
+Live mode reads the host's own banks.
 
 Steps per expert and rank: undo the AWQ nibble order (along N), take the rank's share
 (intermediate columns 160*rank.. of gate/up, the same rows of down), interleave gate and up
