@@ -307,8 +307,10 @@ FAULTS: tuple[Fault, ...] = (
         "wt-unreadable-directory",
         "qpnserve/preflight/checkpoint.py",
         "    except OSError as exc:\n"
-        '        facts.error = f"cannot list it: {exc.strerror or exc}"\n'
-        "        return facts\n",
+        "        return CheckpointFacts(\n"
+        "            path=where, exists=True, is_dir=True, "
+        'error=f"cannot list it: {exc.strerror or exc}"\n'
+        "        )\n",
         "    except OSError:\n        entries = []\n",
         (PF + "test_checks_checkpoint.py",),
         "the root-only branch (never ran in CI): an unlistable directory must FAIL",

@@ -1,4 +1,5 @@
-"""The checkpoint probe: config.json, the safetensors index, and every shard's header.
+"""The checkpoint probe: config.json, the safetensors index, and every shard's header, read once
+into a frozen CheckpointFacts with the layout derived from them (layout.read_layout).
 
 Header-only: safetensors' ``safe_open`` maps the file and parses the header; ``get_slice``
 gives dtype and shape without touching the data, so a 60 GB checkpoint is scanned in about a
@@ -7,14 +8,20 @@ second. Every problem is recorded as a fact (an error string), never raised.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qpnserve.preflight import layout
 from qpnserve.preflight.facts import CheckpointFacts, ShardFacts
 
 INDEX_NAME = "model.safetensors.index.json"
+# The layer prefix is told from the first tensor names read: enough without walking all
+# 221,184 expert tensors of the full model.
+PREFIX_SAMPLE = 64
 
 
 def _read_json(path: Path) -> tuple[Any, str | None]:
@@ -33,10 +40,8 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
 def _scan_shard(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]]) -> ShardFacts:
     from safetensors import SafetensorError, safe_open
 
-    shard = ShardFacts(file=path.name, exists=path.is_file())
-    if not shard.exists:
-        shard.error = "missing"
-        return shard
+    if not path.is_file():
+        return ShardFacts(file=path.name, exists=False, error="missing")
     try:
         # framework="numpy": never imports torch; only headers are read.
         with safe_open(str(path), framework="numpy") as f:
@@ -47,59 +52,77 @@ def _scan_shard(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]]) -> 
     except (SafetensorError, OSError, ValueError, ImportError) as exc:
         # ImportError: safe_open(framework="numpy") without numpy (a broken install).
         text = (str(exc).splitlines() or [repr(exc)])[0].strip("'\"")
-        shard.error = text
-        return shard
-    shard.header_ok = True
-    shard.num_tensors = len(names)
-    return shard
+        return ShardFacts(file=path.name, exists=True, error=text)
+    return ShardFacts(file=path.name, exists=True, header_ok=True, num_tensors=len(names))
+
+
+def _read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """config.json as parsed, or None and why not."""
+    config, error = _read_json(path / "config.json")
+    if error is None and not isinstance(config, dict):
+        error = "config.json is not a JSON object"
+    return (config if isinstance(config, dict) else None), error
+
+
+@dataclass(frozen=True)
+class _Index:
+    file: str | None  # INDEX_NAME, or None (no index: every *.safetensors file is a shard)
+    error: str | None
+    weight_map: dict[str, str]  # tensor -> shard file; empty without a readable index
+    shard_files: list[str]
+    unindexed_files: list[str]  # *.safetensors files on disk that a readable index never names
+
+
+def _read_index(path: Path, entries: list[str]) -> _Index:
+    on_disk = [e for e in entries if e.endswith(".safetensors")]
+    if INDEX_NAME not in entries:
+        return _Index(None, None, {}, on_disk, [])
+    index, error = _read_json(path / INDEX_NAME)
+    raw_map = index.get("weight_map") if isinstance(index, dict) else None
+    if error is None and not (
+        isinstance(raw_map, dict) and all(isinstance(v, str) for v in raw_map.values())
+    ):
+        error = f"{INDEX_NAME} has no weight_map of tensor -> shard file"
+    weight_map = raw_map if error is None and isinstance(raw_map, dict) else {}
+    shard_files = sorted(set(weight_map.values()))
+    unindexed = sorted(e for e in on_disk if e not in set(shard_files)) if error is None else []
+    return _Index(INDEX_NAME, error, weight_map, shard_files, unindexed)
 
 
 def probe_checkpoint(path: Path) -> CheckpointFacts:
-    facts = CheckpointFacts(path=str(path))
-    facts.exists = path.exists()
-    if not facts.exists:
-        facts.error = "does not exist"
-        return facts
-    facts.is_dir = path.is_dir()
-    if not facts.is_dir:
-        facts.error = "is not a directory (pass the checkpoint directory)"
-        return facts
+    """Read the checkpoint once (config.json, the index, every shard's header) and derive its
+    layout once, into one frozen record; the checks only read that record."""
+    where = str(path)
+    if not path.exists():
+        return CheckpointFacts(path=where, error="does not exist")
+    if not path.is_dir():
+        return CheckpointFacts(
+            path=where, exists=True, error="is not a directory (pass the checkpoint directory)"
+        )
     try:
         entries = sorted(os.listdir(path))
     except OSError as exc:
-        facts.error = f"cannot list it: {exc.strerror or exc}"
-        return facts
-    facts.readable = True
-
-    config, facts.config_error = _read_json(path / "config.json")
-    if facts.config_error is None and not isinstance(config, dict):
-        facts.config_error = "config.json is not a JSON object"
-    facts.config = config if isinstance(config, dict) else None
-
-    weight_map: dict[str, str] = {}
-    if INDEX_NAME in entries:
-        facts.index_file = INDEX_NAME
-        index, facts.index_error = _read_json(path / INDEX_NAME)
-        raw_map = index.get("weight_map") if isinstance(index, dict) else None
-        if facts.index_error is None and not (
-            isinstance(raw_map, dict) and all(isinstance(v, str) for v in raw_map.values())
-        ):
-            facts.index_error = f"{INDEX_NAME} has no weight_map of tensor -> shard file"
-        if facts.index_error is None and isinstance(raw_map, dict):
-            weight_map = raw_map
-        shard_files = sorted(set(weight_map.values()))
-    else:
-        shard_files = [e for e in entries if e.endswith(".safetensors")]
-    facts.index_weight_map = weight_map
-    facts.unindexed_files = (
-        sorted(e for e in entries if e.endswith(".safetensors") and e not in set(shard_files))
-        if facts.index_file and facts.index_error is None
-        else []
-    )
-
+        return CheckpointFacts(
+            path=where, exists=True, is_dir=True, error=f"cannot list it: {exc.strerror or exc}"
+        )
+    config, config_error = _read_config(path)
+    index = _read_index(path, entries)
     tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
-    facts.shards = [_scan_shard(path / name, tensors) for name in shard_files]
-    # Assigned after construction so pydantic does not validate hundreds of thousands of rows.
-    facts.tensors = tensors
-    facts.num_tensors = len(tensors)
-    return facts
+    shards = [_scan_shard(path / name, tensors) for name in index.shard_files]
+    prefix_sample = list(itertools.islice(tensors, PREFIX_SAMPLE))
+    return CheckpointFacts(
+        path=where,
+        exists=True,
+        is_dir=True,
+        readable=True,
+        config=config,
+        config_error=config_error,
+        index_file=index.file,
+        index_error=index.error,
+        shards=shards,
+        unindexed_files=index.unindexed_files,
+        num_tensors=len(tensors),
+        layout=layout.read_layout(config, prefix_sample) if config is not None else None,
+        tensors=tensors,
+        index_weight_map=index.weight_map,
+    )

@@ -1,5 +1,8 @@
 """The checkpoint's directory, config and quantization: pure functions of CheckpointFacts.
 
+They read the layout the gather derived once (``ck.layout``, None without a readable
+config.json) and never the files or the raw config.
+
 What the AWQ M1 route needs from the checkpoint is contract section 1 (layout.py holds the
 numbers): 512 experts, top-10, hidden 2560, intermediate 640 (160 per rank at TP4), AWQ 4-bit
 with zero points in GEMM packing at group 32. The per-tensor side is checks_tensors.py.
@@ -7,11 +10,7 @@ with zero points in GEMM packing at group 32. The per-tensor side is checks_tens
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from qpnserve import geometry
-from qpnserve.preflight import layout
 from qpnserve.preflight.facts import CheckpointFacts
 from qpnserve.preflight.report import CheckResult
 from qpnserve.preflight.report import result as _r
@@ -30,35 +29,6 @@ REQUANTIZE_FIX = (
 )
 
 
-def moe_setup(ck: CheckpointFacts) -> tuple[Mapping[str, Any], list[int], str] | None:
-    """(text config, MoE layer indices, tensor-name layer prefix) or None without a config."""
-    if ck.config is None:
-        return None
-    tc = layout.text_config(ck.config)
-    prefix = next(
-        (p for p in layout.LAYER_PREFIXES if any(n.startswith(p) for n in _sample(ck))),
-        layout.DEFAULT_LAYER_PREFIX,
-    )
-    return tc, layout.moe_layer_indices(tc), prefix
-
-
-def _sample(ck: CheckpointFacts) -> list[str]:
-    # Enough names to tell the prefix without walking the whole table.
-    out = []
-    for name in ck.tensors:
-        out.append(name)
-        if len(out) >= 64:
-            break
-    return out
-
-
-def not_converted(ck: CheckpointFacts) -> list[str]:
-    q = layout.quant_config(ck.config or {}) or {}
-    raw = q.get("modules_to_not_convert") or []
-    # A bare string would iterate as characters and match every layer.
-    return [m for m in raw if isinstance(m, str)] if isinstance(raw, list) else []
-
-
 def check_path(ck: CheckpointFacts | None) -> CheckResult:
     name = "checkpoint.path"
     if ck is None:
@@ -75,11 +45,9 @@ def check_path(ck: CheckpointFacts | None) -> CheckResult:
 
 def check_config(ck: CheckpointFacts, tp: int) -> CheckResult:
     name = "checkpoint.config"
-    if ck.config is None:
+    if ck.layout is None:
         return _r(name, "FAIL", ck.config_error or "config.json missing", "restore config.json")
-    setup = moe_setup(ck)
-    assert setup is not None
-    tc, moe_layers, _ = setup
+    tc, moe_layers = ck.layout.text, ck.layout.moe_layers
     problems = []
     for key, want in (
         ("num_experts", geometry.NUM_EXPERTS),
@@ -135,12 +103,12 @@ def _tp_problem(tp: int) -> str | None:
 
 def check_quantization(ck: CheckpointFacts) -> CheckResult:
     name = "checkpoint.quantization"
-    if ck.config is None:
+    if ck.layout is None:
         return _r(name, "SKIP", "needs a readable config.json")
-    q = layout.quant_config(ck.config)
+    q = ck.layout.quantization
     if q is None:
         return _r(name, "FAIL", "no quantization_config: not an AWQ checkpoint", REQUANTIZE_FIX)
-    method = str(q.get("quant_method", "")).lower()
+    method = ck.layout.quant_method
     bits = q.get("bits", q.get("w_bit"))
     group = q.get("group_size", q.get("q_group_size"))
     zero_point = q.get("zero_point")

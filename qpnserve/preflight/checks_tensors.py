@@ -11,12 +11,7 @@ from collections import Counter
 
 from qpnserve import geometry
 from qpnserve.preflight import layout
-from qpnserve.preflight.checks_config import (
-    RECOPY_FIX,
-    REQUANTIZE_FIX,
-    moe_setup,
-    not_converted,
-)
+from qpnserve.preflight.checks_config import RECOPY_FIX, REQUANTIZE_FIX
 from qpnserve.preflight.facts import CheckpointFacts
 from qpnserve.preflight.report import CheckResult
 from qpnserve.preflight.report import result as _r
@@ -63,14 +58,11 @@ def check_shards(ck: CheckpointFacts) -> CheckResult:
 
 def check_tensors(ck: CheckpointFacts) -> CheckResult:
     name = "checkpoint.tensors"
-    setup = moe_setup(ck)
-    if setup is None:
+    if ck.layout is None:
         return _r(name, "SKIP", "needs a readable config.json")
     if ck.index_error is not None:
         return _r(name, "SKIP", "needs a readable safetensors index (see checkpoint.shards)")
-    _, moe_layers, prefix = setup
-    not_convert = not_converted(ck)
-    layers = [i for i in moe_layers if not layout.layer_excluded(prefix, i, not_convert)]
+    prefix, layers = ck.layout.layer_prefix, ck.layout.quantized_moe_layers
     if not layers:
         return _r(name, "SKIP", "no quantized MoE layer to check")
     # Tensors the index places in a shard that is missing or unreadable are counted apart:
@@ -144,16 +136,13 @@ def check_tensors(ck: CheckpointFacts) -> CheckResult:
 
 def check_coverage(ck: CheckpointFacts) -> CheckResult:
     name = "checkpoint.coverage"
-    setup = moe_setup(ck)
-    if setup is None:
+    if ck.layout is None:
         return _r(name, "SKIP", "needs a readable config.json")
-    _, moe_layers, prefix = setup
-    not_convert = not_converted(ck)
-    excluded = [i for i in moe_layers if layout.layer_excluded(prefix, i, not_convert)]
+    moe_layers, excluded = ck.layout.moe_layers, ck.layout.unquantized_moe_layers
     covered = len(moe_layers) - len(excluded)
     if not moe_layers:
         return _r(name, "SKIP", "no MoE layers in config.json")
-    method = str((layout.quant_config(ck.config or {}) or {}).get("quant_method", "")).lower()
+    method = ck.layout.quant_method
     if method != "awq":
         # Unquantized (or otherwise quantized) experts run another MoE method: the route,
         # which hooks the AWQ one, would cover none of these layers.

@@ -2,14 +2,15 @@
 
 gather.py fills them (by probing, or from a recorded $QPNSERVE_FACTS_FILE); the checks
 (checks*.py) are pure functions of them. A probe that cannot find something records that as a
-fact (``nvml_ok=False`` with the error) instead of raising.
+fact (``nvml_ok=False`` with the error) instead of raising. The checkpoint's records are frozen:
+checkpoint.py reads the files once and builds them whole, and no check changes or re-derives them.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
 from qpnserve.host import HostInfo
 
@@ -51,6 +52,8 @@ class NvccFacts(BaseModel):
 
 
 class ShardFacts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     file: str
     exists: bool
     header_ok: bool = False
@@ -58,7 +61,24 @@ class ShardFacts(BaseModel):
     num_tensors: int = 0
 
 
+class CheckpointLayout(BaseModel):
+    """What config.json and the tensor names say about the layout, derived once by
+    layout.read_layout when the checkpoint is gathered; the checkpoint checks only read it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: dict[str, Any]  # the text model's config: text_config, else config.json's top level
+    quantization: dict[str, Any] | None  # quantization_config (top level, else text_config)
+    quant_method: str  # its quant_method, lower-cased; "" without one
+    layer_prefix: str  # the decoder layers' tensor-name prefix, "model.language_model.layers."
+    moe_layers: tuple[int, ...]  # decoder layers whose MLP is a sparse MoE block
+    quantized_moe_layers: tuple[int, ...]  # of those, the ones whose experts are AWQ tensors
+    unquantized_moe_layers: tuple[int, ...]  # the rest: kept by modules_to_not_convert
+
+
 class CheckpointFacts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     path: str
     exists: bool = False
     is_dir: bool = False
@@ -71,12 +91,16 @@ class CheckpointFacts(BaseModel):
     shards: list[ShardFacts] = []
     unindexed_files: list[str] = []  # *.safetensors files on disk that the index never names
     num_tensors: int = 0
+    # None without a readable config.json. Kept out of the JSON output: it restates `config`.
+    layout: CheckpointLayout | None = Field(default=None, exclude=True)
     # The two big tables are kept out of the JSON output (hundreds of thousands of rows for the
-    # full model) and are assigned without validation by the probe.
+    # full model) and are taken without validation from the probe.
     # tensor name -> (safetensors dtype name "I32"/"F16"/..., shape), from the shard headers
-    tensors: dict[str, tuple[str, tuple[int, ...]]] = Field(default_factory=dict, exclude=True)
+    tensors: SkipValidation[dict[str, tuple[str, tuple[int, ...]]]] = Field(
+        default_factory=dict, exclude=True
+    )
     # tensor name -> shard file, from the index (empty without an index)
-    index_weight_map: dict[str, str] = Field(default_factory=dict, exclude=True)
+    index_weight_map: SkipValidation[dict[str, str]] = Field(default_factory=dict, exclude=True)
 
 
 class Facts(BaseModel):

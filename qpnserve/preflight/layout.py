@@ -1,7 +1,10 @@
 """The checkpoint layout the AWQ M1 route needs (contract section 1), as pure functions.
 
 Shared by the checkpoint checks and the synthetic checkpoint generator, so the two cannot
-disagree about a shape; the numbers themselves are qpnserve.geometry's.
+disagree about a shape; the numbers themselves are qpnserve.geometry's. ``read_layout`` is the
+one place a checkpoint's config.json and tensor names are turned into its layout (the MoE
+layers, their tensor-name prefix, the quantization and the layers it leaves out): the preflight's
+gather and `verify` call it once per checkpoint.
 
 AWQ GEMM packing, 4 bits (pack factor 32 / 4 = 8 codes per int32), per expert projection with
 ``in_features`` K and ``out_features`` N, group g along K:
@@ -13,11 +16,12 @@ gate_proj and up_proj map hidden 2560 -> moe_intermediate 640; down_proj maps 64
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from qpnserve import geometry
+from qpnserve.preflight.facts import CheckpointLayout
 
 EXPERT_PROJS = ("gate_proj", "up_proj", "down_proj")
 EXPERT_PARTS = ("qweight", "qzeros", "scales")
@@ -95,3 +99,38 @@ def layer_excluded(layer_prefix: str, layer: int, modules_to_not_convert: list[s
     substring test of each ``modules_to_not_convert`` entry against the layer prefix."""
     prefix = expert_prefix(layer_prefix, layer)
     return any(m and m in prefix for m in modules_to_not_convert)
+
+
+def layer_prefix(tensor_names: Collection[str]) -> str:
+    """The decoder layers' tensor-name prefix: the first of LAYER_PREFIXES that a name starts
+    with (a multimodal wrapper's, then a text-only model's), else the wrapper's."""
+    return next(
+        (p for p in LAYER_PREFIXES if any(n.startswith(p) for n in tensor_names)),
+        DEFAULT_LAYER_PREFIX,
+    )
+
+
+def modules_to_not_convert(quant: Mapping[str, Any] | None) -> list[str]:
+    raw = (quant or {}).get("modules_to_not_convert") or []
+    # A bare string would iterate as characters and match every layer.
+    return [m for m in raw if isinstance(m, str)] if isinstance(raw, list) else []
+
+
+def read_layout(config: Mapping[str, Any], tensor_names: Collection[str]) -> CheckpointLayout:
+    """The layout of a checkpoint from its config.json (as parsed) and ``tensor_names`` (the
+    names the prefix is told from)."""
+    text = text_config(config)
+    quant = quant_config(config)
+    prefix = layer_prefix(tensor_names)
+    moe_layers = moe_layer_indices(text)
+    not_convert = modules_to_not_convert(quant)
+    unquantized = [i for i in moe_layers if layer_excluded(prefix, i, not_convert)]
+    return CheckpointLayout(
+        text=dict(text),
+        quantization=dict(quant) if quant is not None else None,
+        quant_method=str((quant or {}).get("quant_method", "")).lower(),
+        layer_prefix=prefix,
+        moe_layers=tuple(moe_layers),
+        quantized_moe_layers=tuple(i for i in moe_layers if i not in unquantized),
+        unquantized_moe_layers=tuple(unquantized),
+    )

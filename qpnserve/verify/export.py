@@ -57,8 +57,10 @@ class Checkpoint:
         if not isinstance(weight_map, dict):
             raise VerifyError(f"{INDEX_NAME} in {path} has no weight_map")
         self.weight_map: dict[str, str] = weight_map
-        tc = layout.text_config(config)
-        quant = layout.quant_config(config) or {}
+        # The MoE layers and their prefix as the preflight derives them (one derivation); the
+        # prefix is told from every indexed name.
+        found = layout.read_layout(config, weight_map)
+        quant = found.quantization or {}
         wanted = {"quant_method": "awq", "bits": 4, "group_size": geometry.GROUP}
         for key, value in wanted.items():
             if quant.get(key) != value:
@@ -69,11 +71,8 @@ class Checkpoint:
                 )
         if quant.get("zero_point") is False:
             raise VerifyError(f"{path.name}: AWQ without zero points; the route needs them")
-        self.moe_layers = layout.moe_layer_indices(tc)
-        prefixes = [
-            p for p in layout.LAYER_PREFIXES if any(n.startswith(p) for n in self.weight_map)
-        ]
-        self.layer_prefix = prefixes[0] if prefixes else layout.DEFAULT_LAYER_PREFIX
+        self.moe_layers = list(found.moe_layers)
+        self.layer_prefix = found.layer_prefix
         self._shards: dict[str, Any] = {}
         self._shapes = _expected_shapes()
 

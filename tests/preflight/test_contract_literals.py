@@ -19,7 +19,7 @@ from qpnserve import geometry
 from qpnserve.fixtures.checkpoint import write_checkpoint
 from qpnserve.preflight import layout
 from qpnserve.preflight.checks_tensors import check_tensors
-from qpnserve.preflight.facts import CheckpointFacts
+from qpnserve.preflight.facts import CheckpointFacts, CheckpointLayout
 
 # Contract section 1: one expert of the native AWQ group-32 export, 4-bit codes packed 8 to an
 # int32 along N (GEMM packing). gate/up: K = hidden 2560, N = moe_intermediate 640; down: K = 640,
@@ -102,9 +102,25 @@ def _export(**change: tuple[str, tuple[int, ...]]) -> CheckpointFacts:
             "version": "gemm",
         },
     }
-    facts = CheckpointFacts(path="export", exists=True, is_dir=True, readable=True, config=config)
-    facts.tensors = tensors
-    return facts
+    # The layout as the gather would derive it from this config, written here.
+    one_moe_layer = CheckpointLayout(
+        text=config["text_config"],
+        quantization=config["quantization_config"],
+        quant_method="awq",
+        layer_prefix=PREFIX,
+        moe_layers=(0,),
+        quantized_moe_layers=(0,),
+        unquantized_moe_layers=(),
+    )
+    return CheckpointFacts(
+        path="export",
+        exists=True,
+        is_dir=True,
+        readable=True,
+        config=config,
+        layout=one_moe_layer,
+        tensors=tensors,
+    )
 
 
 def test_checker_passes_the_export_as_the_contract_states_it() -> None:
