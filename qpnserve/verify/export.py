@@ -52,6 +52,8 @@ class Checkpoint:
     def __init__(self, path: Path) -> None:
         self.path = path
         config = self._json(path / "config.json")
+        if not isinstance(config, dict):
+            raise VerifyError(f"{path / 'config.json'} is not a JSON object")
         index = self._json(path / INDEX_NAME)
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict):

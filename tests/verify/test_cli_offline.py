@@ -113,3 +113,13 @@ def test_verify_offline_options_are_refused_in_live_mode() -> None:
     result = runner.invoke(app, ["verify", "--model", "/x", "--break", "gate-up-concat"])
     assert result.exit_code == 2
     assert "--break only apply with --offline" in result.stderr
+
+
+@pytest.mark.parametrize("text", ["[]", '"a string"', "7"])
+def test_verify_offline_config_that_is_not_an_object_is_one_line(tmp_path: Path, text: str) -> None:
+    (tmp_path / "config.json").write_text(text)
+    result = _verify(tmp_path, "--json")
+    assert result.exit_code == 1, result.stderr
+    assert "config.json is not a JSON object" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert json.loads(result.stdout)["verdict"] == "error"
