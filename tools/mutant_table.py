@@ -154,6 +154,33 @@ FAULTS: tuple[Fault, ...] = (
         ("tests/verify/",),
         "gate and up swapped in the prepared W13 bank: silu lands on the wrong half",
     ),
+    Fault(
+        "verify-host-inputs-up-first",
+        "qpnserve/verify/host_prepare.py",
+        "np.concatenate([gate.qweight[:, words], up.qweight[:, words]], axis=1)",
+        "np.concatenate([up.qweight[:, words], gate.qweight[:, words]], axis=1)",
+        ("tests/verify/test_offline_host.py",),
+        "the host's converter fed [up | gate] where vLLM's loader leaves [gate | up]: a correct "
+        "host preparation would be reported as wrong",
+    ),
+    Fault(
+        "native-capture-served-always-identical",
+        "qpnserve/dispatch/capture.py",
+        'same = "identical" if bool(torch.equal(out, served)) else "differs"',
+        'same = "identical"',
+        ("tests/verify/test_live_native.py",),
+        "a native host serving admitted calls with something else than its route would be "
+        "reported as served by the route",
+    ),
+    Fault(
+        "native-capture-ignores-host-decision",
+        "qpnserve/dispatch/wrap.py",
+        "if getattr(layer, NATIVE_DECISION_ATTR, False) is True and (",
+        "if (",
+        ("tests/verify/test_live_native.py",),
+        "the native capture would run the host's op on a layer the host declined (its banks "
+        "need not be in the op's layout)",
+    ),
     # -- the preflight --
     Fault(
         "preflight-num-experts",

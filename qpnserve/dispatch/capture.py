@@ -58,6 +58,19 @@ class Capture:
         except (OSError, ValueError):
             return None
 
+    def _claim(self, layer: Any, output: Any) -> tuple[int, str, int] | None:
+        """(rank, layer name, armed prefix) when this call is the one to capture, else None:
+        armed, not inside a CUDA-graph capture (a copy to the host there is illegal; verify
+        serves eagerly), and the first call of this layer on this rank for the prefix."""
+        prefix = self.armed_prefix()
+        if prefix is None or _graph_capturing(output):
+            return None
+        key = (tp_rank_and_size(layer)[0], layer_name(layer), prefix)
+        if key in self.seen:
+            return None
+        self.seen.add(key)
+        return key
+
     def after_route(
         self,
         method: Any,
@@ -68,17 +81,13 @@ class Capture:
         original_hook: Callable[..., Any] | None,
     ) -> None:
         """Called after the operator wrote ``output``/``intermediate`` of an admitted call."""
-        prefix = self.armed_prefix()
-        if prefix is None or _graph_capturing(output):
-            return  # a copy to the host inside a CUDA-graph capture is illegal; verify is eager
-        name = layer_name(layer)
-        rank = tp_rank_and_size(layer)[0]
-        if (rank, name, prefix) in self.seen:
+        claimed = self._claim(layer, output)
+        if claimed is None:
             return
-        self.seen.add((rank, name, prefix))
+        rank, name, prefix = claimed
         try:
             x, weights, ids, buffers, top_k = call
-            fmt = "3byte" if str(layer.w13_tm_scales.dtype).endswith("uint8") else "4byte"
+            fmt = _meta_format(layer)
             self._save(rank, name, prefix, "route", fmt, (x, ids, weights, output, intermediate))
             if original_hook is not None:
                 legacy_out = output.clone()
@@ -102,14 +111,10 @@ class Capture:
     ) -> None:
         """Called after a native host's hook served a one-token call of a layer it admitted:
         run ``native_op`` on the call's inputs and save it as the ``route`` arm."""
-        prefix = self.armed_prefix()
-        if prefix is None or _graph_capturing(served):
+        claimed = self._claim(layer, served)
+        if claimed is None:
             return
-        name = layer_name(layer)
-        rank = tp_rank_and_size(layer)[0]
-        if (rank, name, prefix) in self.seen:
-            return
-        self.seen.add((rank, name, prefix))
+        rank, name, prefix = claimed
         try:
             import torch
 
@@ -125,7 +130,7 @@ class Capture:
                 out, inter, x, layer.w13_tm_weight, layer.w13_tm_scales, layer.w2_tm_weight,
                 layer.w2_tm_scales, ids, weights,
             )  # fmt: skip
-            fmt = "3byte" if str(layer.w13_tm_scales.dtype).endswith("uint8") else "4byte"
+            fmt = _meta_format(layer)
             same = "identical" if bool(torch.equal(out, served)) else "differs"
             self._save(rank, name, prefix, "route", fmt, (x, ids, weights, out, inter), same)
         except Exception as exc:  # observe only: never break the server's decode step
@@ -157,6 +162,10 @@ class Capture:
             meta_format=fmt, rank=rank, prefix=prefix, arm=arm, served=served,
         )  # fmt: skip
         os.replace(tmp, path)
+
+
+def _meta_format(layer: Any) -> str:
+    return "3byte" if str(layer.w13_tm_scales.dtype).endswith("uint8") else "4byte"
 
 
 def _graph_capturing(tensor: Any) -> bool:

@@ -25,8 +25,9 @@ sentinel and count the call, so a test can tell which route ran), buffer pools, 
 Test-only knobs: ``layer.stand_in_overrides`` (attributes set after the host's own, to break one
 init requirement at a time) and ``NATIVE = True`` (a native build: it also sets
 ``layer.sm70_awq_qwen38_qpn_m1``, the native host's per-layer decision, and its hook calls
-``torch.ops._C.awq_moe_qpn_m1_sm70_out`` for an admitted one-token call when a test has defined
-that op: tests/support/host_ops.py; otherwise it writes the sentinel like the legacy route).
+``torch.ops._C.awq_moe_qpn_m1_sm70_out`` for an admitted one-token call of a layer with
+``stand_in_host_op`` set, the op tests/support/host_ops.py defines; otherwise it writes the
+sentinel like the legacy route).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class AWQSM70MoEMethod:
             NATIVE
             and getattr(layer, "sm70_awq_qwen38_qpn_m1", False)
             and tuple(x.shape) == (1, 2560)
-            and hasattr(torch.ops._C, "awq_moe_qpn_m1_sm70_out")
+            and layer.stand_in_host_op
         ):
             layer.native_route_calls += 1
             torch.ops._C.awq_moe_qpn_m1_sm70_out(
@@ -217,7 +218,10 @@ class StandInLayer:
     stand_in_overrides: dict[str, Any] = field(default_factory=dict)
     host_init_calls: int = 0
     host_route_calls: list[tuple[int, ...]] = field(default_factory=list)
-    native_route_calls: int = 0  # a native stand-in's calls of the host op (when one is defined)
+    # Native stand-in only: its hook calls the host op (tests/support/host_ops.py, which the
+    # test must have defined) instead of writing the sentinel.
+    stand_in_host_op: bool = False
+    native_route_calls: int = 0
 
 
 def one_token_call(num_tokens: int = 1) -> dict[str, torch.Tensor]:

@@ -27,7 +27,6 @@ import sys
 import tempfile
 import threading
 import time
-import types
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +44,12 @@ def _worker(rank: int, tp: int, model: Path) -> None:
     from qpnserve.dispatch.capture import ARMED_FILE
     from qpnserve.kernels import build
     from qpnserve.plugin import register
-    from qpnserve.verify import prepare
     from qpnserve.verify.export import Checkpoint
-    from qpnserve.verify.samples import routed_experts, sample
+    from qpnserve.verify.samples import sample
     from tests.dispatch.conftest import manifest_validating
-    from tests.dispatch.standin import StandInLayer, write_fake_host
+    from tests.dispatch.standin import write_fake_host
     from tests.support import host_ops
+    from tests.verify.layers import layer_from_export
 
     native = os.environ.get("VERIFY_STANDIN_HOST") == "native"
     site = Path(tempfile.mkdtemp(prefix=f"standin-site-r{rank}-"))
@@ -90,20 +89,8 @@ def _worker(rank: int, tp: int, model: Path) -> None:
     fmt = os.environ.get("VERIFY_STANDIN_FORMAT", "3byte")
     layers = []
     for index in ck.moe_layers:
-        banks = prepare.Banks(fmt, "cpu")  # type: ignore[arg-type]
         this_fault = fault if broken_layer and int(broken_layer) == index else None
-        for e in routed_experts(index):
-            banks.write(e, prepare.share(ck.expert(index, e), rank, this_fault))
-        layer = StandInLayer(
-            stand_in_prepared={
-                "w13_tm_weight": banks.w13,
-                "w13_tm_scales": banks.s13,
-                "w2_tm_weight": banks.w2,
-                "w2_tm_scales": banks.s2,
-            },
-            layer_name=f"{ck.layer_prefix}{index}.mlp.experts",
-            moe_config=types.SimpleNamespace(tp_size=tp, tp_rank=rank),
-        )
+        layer = layer_from_export(ck, index, rank, fmt=fmt, fault=this_fault, tp=tp)
         method = cls(4, 32, True, layer)
         method.process_weights_after_loading(layer)
         layers.append((index, method, layer))

@@ -7,7 +7,6 @@ captured."""
 
 from __future__ import annotations
 
-import types
 from pathlib import Path
 from typing import Any
 
@@ -17,34 +16,15 @@ import torch
 from qpnserve.config import ROUTE_FLAG, VERIFY_CAPTURE_DIR
 from qpnserve.dispatch.capture import ARMED_FILE
 from qpnserve.plugin import register
-from qpnserve.verify import prepare
 from qpnserve.verify.export import Checkpoint
 from qpnserve.verify.live import compare_captures
 from qpnserve.verify.report import VerifyReport
-from qpnserve.verify.samples import routed_experts, sample
+from qpnserve.verify.samples import sample
 from tests.dispatch.conftest import _flag_unset, fake_host, report_dir, validated_fake  # noqa: F401
-from tests.dispatch.standin import FakeHost, StandInLayer
+from tests.dispatch.standin import FakeHost
+from tests.verify.layers import layer_from_export
 
 RANKS = [2]  # one rank other than 0 (the TP share itself is tested in test_reference.py)
-
-
-def _host_layer(ck: Checkpoint, layer: int, rank: int, fault: str | None) -> StandInLayer:
-    """A stand-in host layer whose banks qpnserve prepared from the export (the stand-in host
-    has no preparation of its own); only the experts the samples route to hold data."""
-    banks = prepare.Banks("3byte", "cpu")
-    for e in routed_experts(layer, [0]):
-        banks.write(e, prepare.share(ck.expert(layer, e), rank, fault))
-    prepared = {
-        "w13_tm_weight": banks.w13,
-        "w13_tm_scales": banks.s13,
-        "w2_tm_weight": banks.w2,
-        "w2_tm_scales": banks.s2,
-    }
-    return StandInLayer(
-        stand_in_prepared=prepared,
-        layer_name=f"model.language_model.layers.{layer}.mlp.experts",
-        moe_config=types.SimpleNamespace(tp_size=4, tp_rank=rank),
-    )
 
 
 @pytest.fixture
@@ -71,7 +51,9 @@ def served(
     def serve(fault: str | None = None, armed: bool = True) -> Path:
         for layer in (0, 1):
             for rank in RANKS:
-                host_layer = _host_layer(ck, layer, rank, fault if layer == 1 else None)
+                host_layer = layer_from_export(
+                    ck, layer, rank, fault=fault if layer == 1 else None, prefixes=[0]
+                )
                 method = cls(4, 32, True, host_layer)
                 method.process_weights_after_loading(host_layer)
                 if armed:

@@ -10,7 +10,6 @@ the observer leaves the host's hook alone (observe only)."""
 from __future__ import annotations
 
 import logging
-import types
 from pathlib import Path
 from typing import Any
 
@@ -21,36 +20,16 @@ from qpnserve.config import ROUTE_FLAG, VERIFY_CAPTURE_DIR
 from qpnserve.dispatch.capture import ARMED_FILE
 from qpnserve.dispatch.wrap import HOOK, MARKER
 from qpnserve.plugin import register
-from qpnserve.verify import prepare
 from qpnserve.verify.export import Checkpoint
 from qpnserve.verify.live import compare_captures
 from qpnserve.verify.report import VerifyReport, render_table
-from qpnserve.verify.samples import routed_experts, sample
+from qpnserve.verify.samples import sample
 from tests.dispatch.conftest import _flag_unset, native_host, report_dir  # noqa: F401
 from tests.dispatch.standin import HOST_ROUTE_VALUE, FakeHost, StandInLayer
 from tests.support import host_ops
+from tests.verify.layers import layer_from_export
 
 RANK = 1
-
-
-def _layer(ck: Checkpoint, layer: int, fault: str | None, **overrides: Any) -> StandInLayer:
-    """A native stand-in layer whose banks stand for the host's preparation (made here from
-    the export, with ``fault`` standing for a host preparation bug)."""
-    banks = prepare.Banks("4byte", "cpu")
-    for e in routed_experts(layer, [0]):
-        banks.write(e, prepare.share(ck.expert(layer, e), RANK, fault))
-    prepared = {
-        "w13_tm_weight": banks.w13,
-        "w13_tm_scales": banks.s13,
-        "w2_tm_weight": banks.w2,
-        "w2_tm_scales": banks.s2,
-    }
-    return StandInLayer(
-        stand_in_prepared=prepared,
-        layer_name=f"model.language_model.layers.{layer}.mlp.experts",
-        moe_config=types.SimpleNamespace(tp_size=4, tp_rank=RANK),
-        stand_in_overrides=overrides,
-    )
 
 
 @pytest.fixture
@@ -82,7 +61,10 @@ def serve_native(
     def serve(fault: str | None = None, **overrides: Any) -> tuple[Path, list[StandInLayer]]:
         served = []
         for layer in (0, 1):
-            host_layer = _layer(ck, layer, fault if layer == 1 else None, **overrides)
+            host_layer = layer_from_export(
+                ck, layer, RANK, fmt="4byte", fault=fault if layer == 1 else None,
+                prefixes=[0], **overrides,
+            )  # fmt: skip
             method = cls(4, 32, True, host_layer)
             method.process_weights_after_loading(host_layer)
             (capture_dir / ARMED_FILE).write_text("0")
