@@ -73,10 +73,25 @@ def _in_file_order(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any
     return ordered | {key: value for key, value in data.items() if key not in ordered}
 
 
+def _require(data: dict[str, Any], names: list[str]) -> None:
+    """A state file without one of ``names`` is corrupt: the spec's defaults are for what a user
+    leaves out of `up`, not for guessing what a file lost (a route on, port 8000)."""
+    missing = [name for name in names if name not in data]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+
+
 class DesiredState(_StateRecord):
     """What the next `qpnserve up` (or `rollback --restart`) starts."""
 
     updated_at: datetime = Field(default_factory=_now)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_read(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            _require(data, ["awq_m1"])  # the only fact a desired state always had
+        return data
 
     @field_validator("server_module")
     @classmethod
@@ -154,14 +169,20 @@ class RunningState(_StateRecord):
 
     @model_validator(mode="before")
     @classmethod
-    def _route_from_flag(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or "awq_m1" in data:
+    def _as_read(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
             return data
-        flag = data.get("route_flag")
-        if flag not in config.ROUTE_FLAG_VALUES:
-            raise ValueError(f"route_flag must be one of {config.ROUTE_FLAG_VALUES}, got {flag!r}")
-        rest = {key: value for key, value in data.items() if key != "route_flag"}
-        return rest | {"awq_m1": flag == config.route_flag_value(True)}
+        if "awq_m1" not in data:
+            flag = data.get("route_flag")
+            if flag not in config.ROUTE_FLAG_VALUES:
+                raise ValueError(
+                    f"route_flag must be one of {config.ROUTE_FLAG_VALUES}, got {flag!r}"
+                )
+            rest = {key: value for key, value in data.items() if key != "route_flag"}
+            data = rest | {"awq_m1": flag == config.route_flag_value(True)}
+        # What ran is recorded in full (extra args only if any were given).
+        _require(data, [name for name in ServerSpec.model_fields if name != "extra_args"])
+        return data
 
     @model_serializer(mode="wrap")
     def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -174,3 +174,22 @@ def test_route_flag_0_reads_as_route_off_and_is_written_back_as_0(root: Path) ->
     write_running(root, running)
     written = _load(root / "server.json")
     assert written["route_flag"] == "0" and "awq_m1" not in written
+
+
+@pytest.mark.parametrize("key", ["include_plugin", "tp", "host", "port", "model"])
+def test_server_json_missing_a_fact_of_the_server_is_corrupt_not_defaulted(
+    root: Path, key: str
+) -> None:
+    data = _load(root / "server.json")
+    del data[key]
+    (root / "server.json").write_text(json.dumps(data))
+    with pytest.raises(StateError, match=r"server\.json is corrupt"):
+        read_running(root)
+
+
+def test_desired_json_without_the_route_is_corrupt_not_route_on(root: Path) -> None:
+    data = _load(root / "desired.json")
+    del data["awq_m1"]
+    (root / "desired.json").write_text(json.dumps(data))
+    with pytest.raises(StateError, match=r"desired\.json is corrupt"):
+        read_desired(root)
