@@ -63,6 +63,20 @@ class ServerSpec(BaseModel):
     def module_to_run(self) -> str:
         return self.server_module or config.DEFAULT_SERVER_MODULE
 
+    @property
+    def base_url(self) -> str:
+        """Where a local client reaches the server."""
+        return f"http://{client_host(self.host)}:{self.port}"
+
     def spec_fields(self) -> dict[str, Any]:
         """The spec of this record, field by field: the base of another of the three records."""
         return {name: getattr(self, name) for name in ServerSpec.model_fields}
+
+
+def client_host(host: str) -> str:
+    """Where a local client connects to reach a server bound on ``host``."""
+    if host in ("0.0.0.0", "", "*"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

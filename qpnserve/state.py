@@ -197,19 +197,6 @@ class RunningState(_StateRecord):
         """The flag's value in the server's environment (``awq_m1`` as the server saw it)."""
         return config.route_flag_value(self.awq_m1)
 
-    @property
-    def base_url(self) -> str:
-        return f"http://{client_host(self.host)}:{self.port}"
-
-
-def client_host(host: str) -> str:
-    """Where a local client connects to reach a server bound on ``host``."""
-    if host in ("0.0.0.0", "", "*"):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
 
 def ensure_state_dir(path: Path) -> Path:
     """Create the state directory (0700) and tighten it if it is readable by others."""
