@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from qpnserve import config
 from qpnserve.errors import UsageError
@@ -29,6 +29,10 @@ def stderr_progress(text: str) -> None:
 class UpOptions(ServerSpec):
     """Everything `up` needs: the server's spec, and how to start it. ``detach``: return once
     ready instead of serving in the foreground."""
+
+    # A misspelt option is an error (as when this was a dataclass), never silently dropped;
+    # the state files keep pydantic's default and ignore keys they do not know.
+    model_config = ConfigDict(extra="forbid")
 
     model: str  # `up` always names the checkpoint (options_from_desired says when it cannot)
     detach: bool = False

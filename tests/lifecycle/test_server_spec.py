@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from qpnserve.lifecycle.options import UpOptions
 from qpnserve.lifecycle.plan import desired_from
@@ -39,6 +40,11 @@ def test_up_options_without_options_start_the_documented_server(tmp_path: Path) 
     assert opts.served_name == "ckpt-a"
     assert opts.module_to_run == "vllm.entrypoints.openai.api_server"
     assert opts.base_url == "http://127.0.0.1:8000"
+
+
+def test_a_misspelt_up_option_is_an_error_not_dropped(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="prot"):
+        UpOptions(model=tmp_path, prot=9003)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(
