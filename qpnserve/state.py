@@ -6,6 +6,9 @@
   the process's kernel start time against pid reuse, exact argv, the environment that matters,
   host kind, patch id, extension build key, log path). Cleared by `down` and by a failed `up`.
 
+Both records are a ``ServerSpec`` (qpnserve/server_spec.py, shared with `up`'s options) plus
+what only they know; their files keep the keys and key order they always had.
+
 Every write is atomic (fsutil) and every read-modify-write happens under ``state.lock`` (a
 filelock), so two qpnserve commands cannot race. The directory is created with mode 0700
 because the files name the model path and the server's environment.
@@ -20,15 +23,24 @@ import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from qpnserve import config
 from qpnserve.config import RouteFlagValue
 from qpnserve.errors import ConflictError, StateError
 from qpnserve.fsutil import atomic_write_text
 from qpnserve.host import HostKind
+from qpnserve.server_spec import ServerSpec
 
 SCHEMA_VERSION = 1
 DESIRED_FILE = "desired.json"
@@ -45,28 +57,96 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class DesiredState(BaseModel):
+class _StateRecord(ServerSpec):
+    """What both state files hold: the spec, the format's version, whether a key was set."""
+
+    schema_version: int = SCHEMA_VERSION
+    # The server had an API key (never stored): a restart without one would serve openly.
+    api_key_set: bool = False
+
+
+def _in_file_order(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """``data`` with ``keys`` first, in that order. Pydantic lists a base's fields before the
+    subclass's, so the spec's keys would otherwise move to the front: no reader minds, but the
+    files and `status --json` stay as earlier versions wrote them, line for line."""
+    ordered = {key: data[key] for key in keys if key in data}
+    return ordered | {key: value for key, value in data.items() if key not in ordered}
+
+
+def _require(data: dict[str, Any], names: list[str]) -> None:
+    """A state file without one of ``names`` is corrupt: the spec's defaults are for what a user
+    leaves out of `up`, not for guessing what a file lost (a route on, port 8000)."""
+    missing = [name for name in names if name not in data]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+
+
+class DesiredState(_StateRecord):
     """What the next `qpnserve up` (or `rollback --restart`) starts."""
 
-    schema_version: int = SCHEMA_VERSION
-    awq_m1: bool
-    include_plugin: bool = True  # False after `rollback --unpatch`: the plugin stays out
-    model: str | None = None
-    served_model_name: str | None = None
-    tp: int = config.DEFAULT_TP
-    host: str = config.DEFAULT_HOST
-    port: int = config.DEFAULT_PORT
-    extra_args: list[str] = Field(default_factory=list)
-    server_module: str | None = None  # None = the default host module
-    # The last server had an API key (never stored): a restart without one would serve openly.
-    api_key_set: bool = False
     updated_at: datetime = Field(default_factory=_now)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _as_read(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            _require(data, ["awq_m1"])  # the only fact a desired state always had
+        return data
 
-class RunningState(BaseModel):
-    """The server qpnserve started. Only `up` writes it; `down` and failed `up`s clear it."""
+    @field_validator("server_module")
+    @classmethod
+    def _default_module_unnamed(cls, value: str | None) -> str | None:
+        """The default module is recorded as None: the next `up` runs the default of its day,
+        and the restart command names no --server-module."""
+        return None if value == config.DEFAULT_SERVER_MODULE else value
 
-    schema_version: int = SCHEMA_VERSION
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _in_file_order(handler(self), ("schema_version",))
+
+
+# server.json's keys in the order `up` has always written them.
+_RUNNING_KEYS = (
+    "schema_version",
+    "phase",
+    "pid",
+    "pgid",
+    "proc_start_ticks",
+    "started_at",
+    "argv",
+    "env",
+    "cwd",
+    "route_flag",
+    "include_plugin",
+    "host_kind",
+    "host_version",
+    "facts_file",
+    "patch_id",
+    "build_key",
+    "model",
+    "served_model_name",
+    "tp",
+    "host",
+    "port",
+    "extra_args",
+    "server_module",
+    "log_path",
+    "report_dir",
+    "ready_at",
+    "api_key_set",
+)
+
+
+class RunningState(_StateRecord):
+    """The server qpnserve started. Only `up` writes it; `down` and failed `up`s clear it.
+
+    Its file holds the route as the flag's value the server's environment had
+    (``route_flag``: "0" or "1", anything else is a corrupt file), not as ``awq_m1``."""
+
+    # What ran is always known: the spec's None ("the default") never appears here.
+    model: str
+    served_model_name: str
+    server_module: str
     phase: Phase
     pid: int
     pgid: int
@@ -77,44 +157,45 @@ class RunningState(BaseModel):
     argv: list[str]
     env: dict[str, str | None]  # only the variables that decide the route; None = unset
     cwd: str
-    route_flag: RouteFlagValue  # awq_m1 as the server's environment had it
-    include_plugin: bool
     host_kind: HostKind
     host_version: str | None = None
     # The $QPNSERVE_FACTS_FILE the preflight read the host from (None: probed): status says so.
     facts_file: str | None = None
     patch_id: str | None = None
     build_key: str | None = None
-    model: str
-    served_model_name: str
-    tp: int
-    host: str
-    port: int
-    extra_args: list[str] = Field(default_factory=list)
-    server_module: str
     log_path: str
     report_dir: str
     ready_at: datetime | None = None
-    # Whether the server got an API key (VLLM_API_KEY); the key itself is never recorded.
-    api_key_set: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_read(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "awq_m1" not in data:
+            flag = data.get("route_flag")
+            if flag not in config.ROUTE_FLAG_VALUES:
+                raise ValueError(
+                    f"route_flag must be one of {config.ROUTE_FLAG_VALUES}, got {flag!r}"
+                )
+            rest = {key: value for key, value in data.items() if key != "route_flag"}
+            data = rest | {"awq_m1": flag == config.route_flag_value(True)}
+        # What ran is recorded in full (extra args only if any were given).
+        _require(data, [name for name in ServerSpec.model_fields if name != "extra_args"])
+        return data
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if "awq_m1" in data:
+            data["route_flag"] = self.route_flag
+            del data["awq_m1"]
+        return _in_file_order(data, _RUNNING_KEYS)
 
     @property
-    def base_url(self) -> str:
-        return f"http://{client_host(self.host)}:{self.port}"
-
-    @property
-    def awq_m1(self) -> bool:
-        """The route this server was started with (its ``route_flag``)."""
-        return self.route_flag == config.route_flag_value(True)
-
-
-def client_host(host: str) -> str:
-    """Where a local client connects to reach a server bound on ``host``."""
-    if host in ("0.0.0.0", "", "*"):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+    def route_flag(self) -> RouteFlagValue:
+        """The flag's value in the server's environment (``awq_m1`` as the server saw it)."""
+        return config.route_flag_value(self.awq_m1)
 
 
 def ensure_state_dir(path: Path) -> Path:

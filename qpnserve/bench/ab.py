@@ -92,18 +92,21 @@ def _found_options(found: StatusReport, base: UpOptions) -> UpOptions | None:
         return None
     desired = found.desired
     running = found.running
-    return dataclasses.replace(
-        base,
-        model=Path(desired.model if desired and desired.model else running.model),
-        awq_m1=desired.awq_m1 if desired else running.awq_m1,
-        include_plugin=desired.include_plugin if desired else running.include_plugin,
-        tp=desired.tp if desired else running.tp,
-        host=desired.host if desired else running.host,
-        port=desired.port if desired else running.port,
-        served_model_name=desired.served_model_name if desired else running.served_model_name,
-        extra_args=list(desired.extra_args if desired else running.extra_args),
-        server_module=(desired.server_module if desired else None) or running.server_module,
-        detach=True,
+    return base.model_copy(
+        update={
+            "model": desired.model if desired and desired.model else running.model,
+            "awq_m1": desired.awq_m1 if desired else running.awq_m1,
+            "include_plugin": desired.include_plugin if desired else running.include_plugin,
+            "tp": desired.tp if desired else running.tp,
+            "host": desired.host if desired else running.host,
+            "port": desired.port if desired else running.port,
+            "served_model_name": (
+                desired.served_model_name if desired else running.served_model_name
+            ),
+            "extra_args": list(desired.extra_args if desired else running.extra_args),
+            "server_module": (desired.server_module if desired else None) or running.server_module,
+            "detach": True,
+        }
     )
 
 
@@ -124,7 +127,7 @@ def run_ab(opts: AbOptions, progress: Progress, hooks: AbHooks) -> AbResult:
     running_arm: UpOptions | None = None
     try:
         for label, awq_m1 in ARMS:
-            arm = dataclasses.replace(opts.up, awq_m1=awq_m1, detach=True)
+            arm = opts.up.model_copy(update={"awq_m1": awq_m1, "detach": True})
             if running_arm is not None:
                 hooks.down(opts.up.stop_timeout_s)
                 running_arm = None

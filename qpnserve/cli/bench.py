@@ -243,7 +243,7 @@ def ab(
             request_timeout_s,
         )
         up_opts = UpOptions(
-            model=model,
+            model=str(model),
             tp=tp,
             host=host,
             port=port,
@@ -252,9 +252,8 @@ def ab(
             timeout_s=up_timeout_s,
             stop_timeout_s=stop_timeout_s,
             extra_args=list(extra_args or []),
+            server_module=server_module,
         )
-        if server_module:
-            up_opts.server_module = server_module
         opts = AbOptions(up=up_opts, smoke=smoke_opts, out_dir=where)
         result = run_ab(opts, progress=message, hooks=default_hooks(message, found))
     message(compare_table(result.comparison))

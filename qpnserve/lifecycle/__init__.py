@@ -3,6 +3,10 @@
 The CLI (cli/server.py) and `bench ab` call these. They raise QpnErrors and report progress
 through a callback (default: stderr); they never print data.
 
+``UpOptions`` is a ``ServerSpec`` (qpnserve/server_spec.py: route, plugin, model, served name,
+TP, host, port, extra args, server module), the record the desired and running states share,
+plus how to start it (deadlines, detach, the API key); ``model`` is text, ``model_dir`` a Path.
+
 Every stage takes ``settings`` (qpnserve.config.Settings, read by the caller's edge) as a
 keyword.
 

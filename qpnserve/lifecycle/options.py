@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict, Field, model_validator
+
 from qpnserve import config
 from qpnserve.errors import UsageError
+from qpnserve.server_spec import ServerSpec
 from qpnserve.state import DesiredState, read_desired
 
 Progress = Callable[[str], None]
@@ -24,44 +26,40 @@ def stderr_progress(text: str) -> None:
     sys.stderr.flush()
 
 
-@dataclass
-class UpOptions:
-    """Everything `up` needs. ``detach``: return once ready instead of serving in the foreground."""
+class UpOptions(ServerSpec):
+    """Everything `up` needs: the server's spec, and how to start it. ``detach``: return once
+    ready instead of serving in the foreground."""
 
-    model: Path
-    awq_m1: bool = True
-    include_plugin: bool = True  # False: leave qpnserve's plugin out (`rollback --unpatch`)
-    tp: int = config.DEFAULT_TP
-    host: str = config.DEFAULT_HOST
-    port: int = config.DEFAULT_PORT
-    served_model_name: str | None = None  # None: the checkpoint directory's name
+    # A misspelt option is an error (as when this was a dataclass), never silently dropped;
+    # the state files keep pydantic's default and ignore keys they do not know.
+    model_config = ConfigDict(extra="forbid")
+
+    model: str  # `up` always names the checkpoint (options_from_desired says when it cannot)
     detach: bool = False
     timeout_s: float = config.DEFAULT_UP_TIMEOUT_S
     stop_timeout_s: float = config.DEFAULT_STOP_TIMEOUT_S  # also on failure or Ctrl-C
-    extra_args: list[str] = field(default_factory=list)
-    server_module: str = config.DEFAULT_SERVER_MODULE
     poll_s: float = 1.0
     progress_every_s: float = 10.0
     # The server's API key, given as `-- --api-key K` (taken out of extra_args here, so no argv,
     # state file or log of qpnserve's holds it); None: the server inherits $VLLM_API_KEY, if set.
-    api_key: str | None = field(default=None, repr=False)
+    api_key: str | None = Field(default=None, repr=False, exclude=True)
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="before")
+    @classmethod
+    def _take_api_key(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("extra_args"):
+            return data
         from qpnserve.auth import split_api_key
 
-        self.extra_args, key = split_api_key(self.extra_args)
-        if key is not None:
-            if self.api_key is not None and self.api_key != key:
-                raise UsageError("two different API keys were given")
-            self.api_key = key
-
-    @property
-    def served_name(self) -> str:
-        return self.served_model_name or self.model.resolve().name
+        extra_args, key = split_api_key(data["extra_args"])
+        given = data.get("api_key")
+        if key is not None and given is not None and given != key:
+            raise UsageError("two different API keys were given")
+        return data | {"extra_args": extra_args, "api_key": key if key is not None else given}
 
 
 def validate(opts: UpOptions) -> None:
-    if not opts.model.is_dir():
+    if not opts.model_dir.is_dir():
         raise UsageError(f"--model {opts.model} is not a directory", hint="pass the checkpoint dir")
     if opts.tp < 1:
         raise UsageError(f"--tp must be at least 1, got {opts.tp}")
@@ -95,11 +93,16 @@ def options_from_desired(
         raise UsageError(
             "--model is required", hint=f"pass --model PATH or set {config.MODEL.name}"
         )
-    chosen = awq_m1 if awq_m1 is not None else (desired.awq_m1 if desired else True)
-    # An explicit --awq-m1 brings the plugin back after `rollback --unpatch`.
-    include_plugin = True if awq_m1 else (desired.include_plugin if desired else True)
-    opts = UpOptions(model=model, awq_m1=chosen, include_plugin=include_plugin, **fields)
+    route: dict[str, Any] = {}  # left out: the spec's default
+    if desired is not None:
+        route = {"awq_m1": desired.awq_m1, "include_plugin": desired.include_plugin}
+    if awq_m1 is not None:
+        route["awq_m1"] = awq_m1
+    if awq_m1:  # an explicit --awq-m1 brings the plugin back after `rollback --unpatch`
+        route.pop("include_plugin", None)
+    opts = UpOptions(model=str(model), **route, **fields)
     note = None
     if awq_m1 is None and desired is not None:
-        note = f"route: {'on' if chosen else 'off'} (desired state; --awq-m1/--no-awq-m1 sets it)"
+        on = "on" if opts.awq_m1 else "off"
+        note = f"route: {on} (desired state; --awq-m1/--no-awq-m1 sets it)"
     return opts, note

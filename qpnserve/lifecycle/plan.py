@@ -66,8 +66,8 @@ def plan_launch(
         )
     argv = build_argv(
         python=default_python(),
-        server_module=opts.server_module,
-        model=opts.model.resolve(),
+        server_module=opts.module_to_run,
+        model=opts.model_dir.resolve(),
         served_model_name=opts.served_name,
         tp=opts.tp,
         host=opts.host,
@@ -99,7 +99,14 @@ def starting_state(
     build_key: str | None,
     facts_file: str | None = None,
 ) -> RunningState:
+    # What runs, resolved: the checkpoint path absolute, the defaults named.
+    resolved = {
+        "model": str(opts.model_dir.resolve()),
+        "served_model_name": opts.served_name,
+        "server_module": opts.module_to_run,
+    }
     return RunningState(
+        **opts.spec_fields() | resolved,
         phase="starting",
         pid=pid,
         pgid=pid,  # start_new_session: the server leads its own group
@@ -108,19 +115,10 @@ def starting_state(
         argv=plan.argv,
         env=plan.recorded_env,
         cwd=str(plan.cwd),
-        route_flag=config.route_flag_value(opts.awq_m1),
-        include_plugin=opts.include_plugin,
         host_kind=host_kind,
         host_version=host_version,
         facts_file=facts_file,
         build_key=build_key,
-        model=str(opts.model.resolve()),
-        served_model_name=opts.served_name,
-        tp=opts.tp,
-        host=opts.host,
-        port=opts.port,
-        extra_args=list(opts.extra_args),
-        server_module=opts.server_module,
         log_path=str(plan.log_path),
         report_dir=str(plan.report_dir),
         api_key_set=bool(plan.env.get(config.API_KEY.name)),
@@ -130,16 +128,7 @@ def starting_state(
 def desired_from(opts: UpOptions, api_key_in_env: bool = False) -> DesiredState:
     """``api_key_in_env``: $VLLM_API_KEY is set in the settings the server starts from."""
     return DesiredState(
-        awq_m1=opts.awq_m1,
-        include_plugin=opts.include_plugin,
-        model=str(opts.model.resolve()),
-        served_model_name=opts.served_model_name,
-        tp=opts.tp,
-        host=opts.host,
-        port=opts.port,
-        extra_args=list(opts.extra_args),
-        server_module=None
-        if opts.server_module == config.DEFAULT_SERVER_MODULE
-        else opts.server_module,
+        **opts.spec_fields() | {"model": str(opts.model_dir.resolve())},  # the default module
+        # is recorded as None (DesiredState)
         api_key_set=opts.api_key is not None or api_key_in_env,
     )

@@ -46,7 +46,7 @@ def checks_before_start(
 def guard_start(opts: UpOptions, server_env: Mapping[str, str], say: Progress) -> None:
     """Refuse to start over leftover vLLM processes or processes holding memory on the GPUs the
     server will use (guards.py says which count); say what could not be known; warn on RAM."""
-    facts = gather_guard_facts(server_env, opts.tp, opts.model)
+    facts = gather_guard_facts(server_env, opts.tp, opts.model_dir)
     verdict = judge(facts)
     for line in summary_lines(verdict, facts.prefix):
         say(line)

@@ -8,7 +8,6 @@ Rolling back twice is harmless: the second call changes nothing and restarts not
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -122,18 +121,10 @@ def rollback(
     say("restarting without the route: down, then up (detached)")
     down(stop_timeout_s, say, settings=settings)
     opts = UpOptions(
-        model=Path(after.model),
-        awq_m1=False,
-        include_plugin=after.include_plugin,
-        tp=after.tp,
-        host=after.host,
-        port=after.port,
-        served_model_name=after.served_model_name,
+        **after.spec_fields(),
         detach=True,
         timeout_s=up_timeout_s,
         stop_timeout_s=stop_timeout_s,
-        extra_args=list(after.extra_args),
-        server_module=after.server_module or config.DEFAULT_SERVER_MODULE,
     )
     result.restarted = up(opts, say, stages, settings=settings)
     result.restart_needed = False
@@ -148,20 +139,7 @@ def rollback(
 def _desired_from_running(running: RunningState | None) -> DesiredState:
     if running is None:
         return DesiredState(awq_m1=False)
-    return DesiredState(
-        awq_m1=running.awq_m1,
-        include_plugin=running.include_plugin,
-        model=running.model,
-        served_model_name=running.served_model_name,
-        tp=running.tp,
-        host=running.host,
-        port=running.port,
-        extra_args=list(running.extra_args),
-        server_module=None
-        if running.server_module == config.DEFAULT_SERVER_MODULE
-        else running.server_module,
-        api_key_set=running.api_key_set,
-    )
+    return DesiredState(**running.spec_fields(), api_key_set=running.api_key_set)
 
 
 def _emit(result: RollbackResult, say: Progress) -> RollbackResult:

@@ -44,7 +44,7 @@ def run_preflight_stage(
 
     progress("preflight: checking the GPUs, the toolchain, the host and the checkpoint")
     report = run_preflight(
-        opts.model,
+        opts.model_dir,
         settings=settings,
         tp=opts.tp,
         awq_m1=opts.awq_m1,

@@ -81,7 +81,7 @@ def up(
             stop_group(popen.pid, 0.0, reap=popen.poll)
             raise
     flag = config.ROUTE_FLAG.name
-    say(f"started python -m {opts.server_module} (pid {popen.pid}, its own process group)")
+    say(f"started python -m {opts.module_to_run} (pid {popen.pid}, its own process group)")
     say(f"  {flag}={running.route_flag}  VLLM_PLUGINS={plan.env[config.VLLM_PLUGINS.name]}")
     say(f"  log: {plan.log_path}")
     say(f"  {describe_launch(plan.argv, plan.env)}")
@@ -166,7 +166,7 @@ def _verify_and_record(
     say: Progress,
 ) -> RunningState:
     reports = read_reports(Path(running.report_dir))
-    expected = expected_moe_layers(opts.model)
+    expected = expected_moe_layers(opts.model_dir)
     summary = summarize(reports, opts.tp, expected)
     if opts.awq_m1:
         server_pids = set(group_members(popen.pid)) | {s.pid for s in descendants(popen.pid)}

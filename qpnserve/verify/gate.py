@@ -9,8 +9,6 @@ contract, 1 when something was not examined.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from qpnserve import config
 from qpnserve.auth import api_key_from_env
 from qpnserve.errors import CanaryError, UsageError
@@ -27,9 +25,9 @@ def verify_before_up(
 ) -> VerifyReport:
     if not opts.awq_m1:
         raise UsageError("--verify verifies the route; it needs the route on (--awq-m1)")
-    if not opts.model.is_dir():
+    if not opts.model_dir.is_dir():
         raise UsageError(f"--model {opts.model} is not a directory", hint="pass the checkpoint dir")
-    plan = default_plan(opts.model, None, None, "both", None, "auto")
+    plan = default_plan(opts.model_dir, None, None, "both", None, "auto")
     from qpnserve.host import detect_host  # the installed files: the converter is loaded from them
 
     report = run_offline(plan, progress, build_dir=settings.build_dir, host=detect_host())
@@ -39,7 +37,7 @@ def verify_before_up(
     root = settings.state_dir
     with locked(root):
         key_in_env = api_key_from_env(settings.environ) is not None
-        write_desired(root, desired_from(replace(opts, awq_m1=False), key_in_env))
+        write_desired(root, desired_from(opts.model_copy(update={"awq_m1": False}), key_in_env))
     progress("route: off for the next start (desired state saved); no server was started")
     kind = CanaryError if report.verdict == "outside" else VerifyError
     error = kind(

@@ -20,7 +20,7 @@ def test_route_left_out_follows_a_rolled_back_desired_state_and_says_so(tmp_path
     desired = DesiredState(awq_m1=False, include_plugin=False, model=str(tmp_path))
     opts, note = options_from_desired(desired, model=None, awq_m1=None, port=9000)
     assert not opts.awq_m1 and not opts.include_plugin
-    assert opts.model == tmp_path and opts.port == 9000
+    assert opts.model_dir == tmp_path and opts.port == 9000
     assert note is not None and note.startswith("route: off (desired state")
 
 
