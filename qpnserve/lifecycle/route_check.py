@@ -142,16 +142,12 @@ def expected_moe_layers(model: Path) -> int | None:
         return None
     if not isinstance(raw, dict):
         return None
-    text = layout.text_config(raw)
-    if not isinstance(text.get("num_hidden_layers"), int) or not text.get("num_experts"):
+    found = layout.read_layout(raw, ())  # no tensor names: the default layer prefix
+    if not isinstance(found.text.get("num_hidden_layers"), int) or not found.text.get(
+        "num_experts"
+    ):
         return None
-    quant = layout.quant_config(raw) or {}
-    not_convert = [m for m in quant.get("modules_to_not_convert") or [] if isinstance(m, str)]
-    return sum(
-        1
-        for i in layout.moe_layer_indices(text)
-        if not layout.layer_excluded(layout.DEFAULT_LAYER_PREFIX, i, not_convert)
-    )
+    return len(found.quantized_moe_layers)
 
 
 class RankGraphs(BaseModel):

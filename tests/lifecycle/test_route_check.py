@@ -68,6 +68,19 @@ def test_expected_layers_leave_out_experts_kept_unquantized(tmp_path: Path) -> N
     assert expected_moe_layers(tmp_path) == 3
 
 
+def test_expected_layers_read_a_bare_string_not_to_convert_as_the_preflight_does(
+    tmp_path: Path,
+) -> None:
+    # A string is not a list of modules: the preflight ignores it (every MoE layer quantized);
+    # iterated as characters it once matched every layer and expected none.
+    config = {
+        "text_config": {"num_hidden_layers": 4, "num_experts": 512},
+        "quantization_config": {"modules_to_not_convert": "model.language_model.layers.0"},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert expected_moe_layers(tmp_path) == 4
+
+
 def test_report_from_a_process_outside_the_server_is_refused() -> None:
     problems = route_problems(
         [report(r, pid=1) for r in range(4)], tp=4, expected_layers=48, server_pids={100}
