@@ -90,24 +90,13 @@ def _found_options(found: StatusReport, base: UpOptions) -> UpOptions | None:
     """The UpOptions that bring back the server found running, or None if none was running."""
     if found.running is None or found.server != "ready":
         return None
-    desired = found.desired
-    running = found.running
-    return base.model_copy(
-        update={
-            "model": desired.model if desired and desired.model else running.model,
-            "awq_m1": desired.awq_m1 if desired else running.awq_m1,
-            "include_plugin": desired.include_plugin if desired else running.include_plugin,
-            "tp": desired.tp if desired else running.tp,
-            "host": desired.host if desired else running.host,
-            "port": desired.port if desired else running.port,
-            "served_model_name": (
-                desired.served_model_name if desired else running.served_model_name
-            ),
-            "extra_args": list(desired.extra_args if desired else running.extra_args),
-            "server_module": (desired.server_module if desired else None) or running.server_module,
-            "detach": True,
-        }
-    )
+    desired, running = found.desired, found.running
+    # The desired state is what the user asked for last; the running one fills what it lacks
+    # (a model, and the server module, which desired.json records as null for the default).
+    fields = (desired or running).spec_fields()
+    fields["model"] = fields["model"] or running.model
+    fields["server_module"] = fields["server_module"] or running.server_module
+    return base.model_copy(update={**fields, "detach": True})
 
 
 def run_ab(opts: AbOptions, progress: Progress, hooks: AbHooks) -> AbResult:

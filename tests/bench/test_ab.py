@@ -135,3 +135,22 @@ def test_ab_refuses_while_a_server_is_starting(tmp_path: Path) -> None:
     with pytest.raises(ConflictError, match="is starting"):
         run_ab(options(tmp_path), progress=lambda _: None, hooks=fake.hooks())
     assert fake.calls == []
+
+
+def test_ab_restore_takes_what_the_desired_state_lacks_from_the_running_server(
+    tmp_path: Path,
+) -> None:
+    found = UpOptions(
+        model=tmp_path / "found", awq_m1=False, port=8124, server_module="tests.support.fake_host"
+    )
+    fake = FakeLifecycle(found=found)
+    assert fake.found_desired is not None  # a desired state without a model, module as default
+    fake.found_desired = fake.found_desired.model_copy(
+        update={"model": None, "server_module": None}
+    )
+    run_ab(options(tmp_path), progress=lambda _: None, hooks=fake.hooks())
+    assert fake.calls[-2:] == ["down", "up off"]
+    restored = fake.server
+    assert restored is not None and restored.port == 8124
+    assert restored.model == str(tmp_path / "found")
+    assert restored.server_module == "tests.support.fake_host"
