@@ -55,8 +55,8 @@ def convert(fmt: str) -> Callable[..., list[Any]]:
         from qpnserve.verify.prepare import awq_codes
 
         assert group_size == 32
-        codes, zeros = awq_codes(qweight.numpy()), awq_codes(qzeros.numpy())
-        s = scales.numpy()
+        codes, zeros = awq_codes(qweight.cpu().numpy()), awq_codes(qzeros.cpu().numpy())
+        s = scales.cpu().numpy()
         if interleave:  # [gate | up] -> gate/up column pairs
             half = codes.shape[1] // 2
             pair = lambda a: np.stack([a[:, :half], a[:, half:]], axis=2).reshape(a.shape[0], -1)  # noqa: E731
@@ -64,7 +64,8 @@ def convert(fmt: str) -> Callable[..., list[Any]]:
         w = packer.pack_codes(codes[None])[0]
         meta = packer.pack_meta(s[None], zeros[None], fmt)[0]  # type: ignore[arg-type]
         lds = torch.tensor([codes.shape[0], codes.shape[1] // 8], dtype=torch.int64)
-        return [torch.from_numpy(np.ascontiguousarray(w)), torch.from_numpy(meta.copy()), lds]
+        out = [torch.from_numpy(np.ascontiguousarray(w)), torch.from_numpy(meta.copy()), lds]
+        return [t.to(qweight.device) for t in out]
 
     return converter
 
@@ -79,7 +80,7 @@ _library: list[Any] = []  # the torch.library.Library, kept alive for the proces
 
 
 def define() -> None:
-    """Register the three ``_C`` ops (CPU) in this process, once."""
+    """Register the three ``_C`` ops (CPU and CUDA) in this process, once."""
     if _library:
         return
     import torch
@@ -88,7 +89,8 @@ def define() -> None:
     for schema in SCHEMAS:
         name = schema.partition("(")[0]
         library.define(schema)
-        library.impl(name, lambda *args, _n=name: implementation[_n](*args), "CPU")
+        for key in ("CPU", "CUDA"):  # the GPU tests run the stand-ins on CUDA tensors too
+            library.impl(name, lambda *args, _n=name: implementation[_n](*args), key)
     _library.append(library)
 
 

@@ -23,9 +23,10 @@ def layer_from_export(
     fault: str | None = None,
     prefixes: Sequence[int] | None = None,
     tp: int = 4,
+    device: str = "cpu",
     **overrides: Any,
 ) -> StandInLayer:
-    banks = prepare.Banks(fmt, "cpu")  # type: ignore[arg-type]
+    banks = prepare.Banks(fmt, device)  # type: ignore[arg-type]
     experts = routed_experts(layer) if prefixes is None else routed_experts(layer, list(prefixes))
     for e in experts:
         banks.write(e, prepare.share(ck.expert(layer, e), rank, fault))
