@@ -30,7 +30,7 @@ if [[ $STEPS == *" build "* ]]; then
     >"$OUT/build_bench.log" 2>&1 &
   bench_pid=$!
   wait $op_pid; echo "op rc=$?"; wait $bench_pid; echo "bench rc=$?"
-  tail -3 "$OUT/build.log" "$OUT/build_bench.log"
+  tail -n 3 "$OUT/build.log" "$OUT/build_bench.log"
   so=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['path'])" "$OUT/build.json" 2>/dev/null)
   [ -n "$so" ] && nm -C "$so" | grep -c -E "read_floor|derive_input|awq_moe_m1_traced" \
     | sed 's/^/floor, derive or traced symbols in the server library: /'

@@ -283,8 +283,8 @@ FAULTS: tuple[Fault, ...] = (
     Fault(
         "api-key-in-desired",
         "qpnserve/lifecycle/options.py",
-        "        self.extra_args, key = split_api_key(self.extra_args)",
-        "        _, key = split_api_key(self.extra_args)",
+        '        extra_args, key = split_api_key(data["extra_args"])',
+        '        _, key = split_api_key(data["extra_args"])',  # the key stays in extra_args
         (LC + "test_api_key.py",),
         "the API key would stay in the server argv and desired.json",
     ),
