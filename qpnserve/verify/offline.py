@@ -148,7 +148,9 @@ def run_offline(
     progress(f"verify --offline: {cost}")
     op, operator = sources.operator(plan.op, host, device, build_dir)
     probe_expert = ck.expert(plan.layers[0], samples.routed_experts(plan.layers[0], [0])[0])
-    host_prep, banks_text = sources.banks(plan, host, probe_expert, device)
+    host_prep, banks_text = sources.banks(
+        plan.banks, plan.fault, list(plan.meta_formats), plan.ranks[0], host, probe_expert, device
+    )
     progress(f"operator: {operator}; {banks_text}")
     report = VerifyReport(
         mode="offline",

@@ -13,16 +13,14 @@ before any sample is counted.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from qpnserve.errors import UsageError
 from qpnserve.geometry import HIDDEN, INTERMEDIATE, TOP_K
 from qpnserve.host import NATIVE_OP_NAME, HostInfo
+from qpnserve.kernels.reference import Format
 from qpnserve.verify import host_library, host_prepare, prepare
 from qpnserve.verify.export import ExpertExport, VerifyError
-
-if TYPE_CHECKING:
-    from qpnserve.verify.offline import OfflinePlan
 
 CHOICES = ("auto", "host", "qpnserve")
 
@@ -91,13 +89,19 @@ def operator(choice: str, host: HostInfo | None, dev: Any, build_dir: Path) -> t
 
 
 def banks(
-    plan: OfflinePlan, host: HostInfo | None, probe: ExpertExport, dev: Any
+    choice: str,
+    fault: str | None,
+    formats: list[Format],
+    rank: int,
+    host: HostInfo | None,
+    probe: ExpertExport,
+    dev: Any,
 ) -> tuple[host_prepare.HostPreparation | None, str]:
-    """(the host's converters, or None for qpnserve's preparation; who prepares, in words)."""
-    formats = list(plan.meta_formats)
-    if plan.banks == "qpnserve":
+    """(the host's converters, or None for qpnserve's preparation; who prepares, in words).
+    ``probe``: one expert the converter is tried on, for ``rank``, in every format."""
+    if choice == "qpnserve":
         prep, why = None, "--banks qpnserve"
-    elif plan.fault:
+    elif fault:
         prep, why = None, "--break breaks qpnserve's own preparation"
     else:
         prep, why = host_prepare.load(host, formats)
@@ -105,10 +109,10 @@ def banks(
         try:
             for fmt in formats:
                 one = prepare.Banks(fmt, dev, num_experts=1)
-                host_prepare.write(one, 0, probe, plan.ranks[0], prep)
+                host_prepare.write(one, 0, probe, rank, prep)
         except VerifyError as exc:
             prep, why = None, exc.message
-    if prep is None and plan.banks == "host":
+    if prep is None and choice == "host":
         raise VerifyError(
             f"--banks host: the host's preparation cannot run here: {why}",
             hint="run on the V100 machine where the host is installed, or use --banks auto",
