@@ -11,12 +11,13 @@
 // no kernel may touch the weights before the previous layer is done reading.
 //
 // Reading order: device helpers, kernels, launchers, registration. The device part includes only
-// awq_moe_m1_geometry.h and pdl_device.cuh (both without includes) so NVRTC can compile it for
-// sm_70 (the V100 model, tools/sm70proj); the host part is skipped under NVRTC. This file is
-// compiled only into the bench extension, which needs CUDA (so does the benchmark).
+// awq_moe_m1_geometry.h (no includes of its own) so NVRTC can compile it for sm_70 (the V100
+// model, tools/sm70proj); the host part is skipped under NVRTC. This file is compiled only into
+// the bench extension, which needs CUDA (so does the benchmark). Both kernels are launched
+// plainly, as the operator is (one cooperative launch, no programmatic dependent launch: sm_70
+// has none).
 
 #include "awq_moe_m1_geometry.h"
-#include "pdl_device.cuh"
 
 namespace qpnserve_floor {
 
@@ -71,10 +72,6 @@ __device__ __forceinline__ Vec16 load_vec(const Vec16* ptr) {
   return kHint == 1 ? load_prefetch256(ptr) : load_streaming(ptr);
 }
 
-// Programmatic dependent launch (sm_90+): pdl_device.cuh's helpers.
-using qpn_pdl::pdl_launch_dependents;
-using qpn_pdl::pdl_wait_primary;
-
 __device__ __forceinline__ float half_bits_to_float(unsigned short bits) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
@@ -100,14 +97,13 @@ __device__ __forceinline__ int chunks_of(int vecs, int per_block) {
 // w13:    (512, 2560, 40) int32 as 16-byte vectors;  s13: (512, 80, 320) int32 or (..., 3) uint8
 // w2:     (512, 160, 320) int32 as 16-byte vectors;   s2:  (512, 5, 2560) int32 or (..., 3) uint8
 // ids:    (1, 10) int32; an id outside [0, 512) reads nothing, as in the op
-template <int kLoads, bool kPdl, int kHint = 0>
+template <int kLoads, int kHint = 0>
 __global__ void __launch_bounds__(kFloorThreads)
     read_floor_m1_kernel(unsigned* __restrict__ sink, const Vec16* __restrict__ w13,
                          const Vec16* __restrict__ s13, const Vec16* __restrict__ w2,
                          const Vec16* __restrict__ s2, const int* __restrict__ ids,
                          int s13_vecs, int s2_vecs) {
   constexpr int kPerBlock = kLoads * kFloorThreads;
-  if (kPdl) pdl_wait_primary();  // ids are written by the previous kernel
   const int expert = ids[blockIdx.y];
   unsigned sum = 0;
   if (expert >= 0 && expert < kNumExperts) {
@@ -167,9 +163,6 @@ __global__ void __launch_bounds__(kDeriveThreads)
                            float* __restrict__ weights_next, const Vec16* __restrict__ out_prev,
                            const Vec16* __restrict__ seed, const int* __restrict__ ids_src,
                            const float* __restrict__ weights_src) {
-  // Lets a PDL-launched next kernel be scheduled now; it still waits for this grid to finish
-  // (griddepcontrol.wait) before it reads anything written here.
-  pdl_launch_dependents();
   const int t = threadIdx.x;
   const Vec16 o = out_prev[t];
   const Vec16 s = seed[t];
@@ -199,19 +192,17 @@ __global__ void __launch_bounds__(kDeriveThreads)
 
 // Explicit instantiations, so a device-only compile (NVRTC for the sm_70 projection) emits
 // every variant the launcher can pick.
-#define QPNSERVE_FLOOR_INSTANTIATE(LOADS, PDL, HINT)                                          \
-  template __global__ void read_floor_m1_kernel<LOADS, PDL, HINT>(                           \
+#define QPNSERVE_FLOOR_INSTANTIATE(LOADS, HINT)                                               \
+  template __global__ void read_floor_m1_kernel<LOADS, HINT>(                                \
       unsigned* __restrict__, const Vec16* __restrict__, const Vec16* __restrict__,          \
       const Vec16* __restrict__, const Vec16* __restrict__, const int* __restrict__, int, int);
-#define QPNSERVE_FLOOR_INSTANTIATE_LOADS(PDL, HINT) \
-  QPNSERVE_FLOOR_INSTANTIATE(2, PDL, HINT)          \
-  QPNSERVE_FLOOR_INSTANTIATE(4, PDL, HINT)          \
-  QPNSERVE_FLOOR_INSTANTIATE(8, PDL, HINT)          \
-  QPNSERVE_FLOOR_INSTANTIATE(16, PDL, HINT)
-QPNSERVE_FLOOR_INSTANTIATE_LOADS(false, 0)
-QPNSERVE_FLOOR_INSTANTIATE_LOADS(true, 0)
-QPNSERVE_FLOOR_INSTANTIATE_LOADS(false, 1)
-QPNSERVE_FLOOR_INSTANTIATE_LOADS(true, 1)
+#define QPNSERVE_FLOOR_INSTANTIATE_LOADS(HINT) \
+  QPNSERVE_FLOOR_INSTANTIATE(2, HINT)          \
+  QPNSERVE_FLOOR_INSTANTIATE(4, HINT)          \
+  QPNSERVE_FLOOR_INSTANTIATE(8, HINT)          \
+  QPNSERVE_FLOOR_INSTANTIATE(16, HINT)
+QPNSERVE_FLOOR_INSTANTIATE_LOADS(0)
+QPNSERVE_FLOOR_INSTANTIATE_LOADS(1)
 #undef QPNSERVE_FLOOR_INSTANTIATE_LOADS
 #undef QPNSERVE_FLOOR_INSTANTIATE
 
@@ -220,6 +211,7 @@ QPNSERVE_FLOOR_INSTANTIATE_LOADS(true, 1)
 #if !defined(__CUDACC_RTC__) && !defined(QPNSERVE_DEVICE_ONLY)
 
 #include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
@@ -228,7 +220,6 @@ QPNSERVE_FLOOR_INSTANTIATE_LOADS(true, 1)
 #include <cstdint>
 
 #include "message_text.h"
-#include "pdl_launch.h"
 
 namespace qpnserve_floor {
 namespace {
@@ -249,30 +240,18 @@ void check_aligned16(const at::Tensor& t, const char* name) {
               " must be 16-byte aligned");
 }
 
-template <int kLoads, int kHint>
-void launch_floor_hint(bool pdl, dim3 grid, cudaStream_t stream, unsigned* sink,
-                       const Vec16* w13, const Vec16* s13, const Vec16* w2, const Vec16* s2,
-                       const int* ids, int s13_vecs, int s2_vecs) {
-  if (pdl) {
-    qpn_launch::launch(read_floor_m1_kernel<kLoads, true, kHint>, grid, dim3(kFloorThreads),
-                       true, stream, sink, w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
-  } else {
-    qpn_launch::launch(read_floor_m1_kernel<kLoads, false, kHint>, grid, dim3(kFloorThreads),
-                       false, stream, sink, w13, s13, w2, s2, ids, s13_vecs, s2_vecs);
-  }
-}
-
 template <int kLoads>
-void launch_floor(bool pdl, int64_t hint, dim3 grid, cudaStream_t stream, unsigned* sink,
-                  const Vec16* w13, const Vec16* s13, const Vec16* w2, const Vec16* s2,
-                  const int* ids, int s13_vecs, int s2_vecs) {
+void launch_floor(int64_t hint, dim3 grid, cudaStream_t stream, unsigned* sink, const Vec16* w13,
+                  const Vec16* s13, const Vec16* w2, const Vec16* s2, const int* ids,
+                  int s13_vecs, int s2_vecs) {
   if (hint == 1) {
-    launch_floor_hint<kLoads, 1>(pdl, grid, stream, sink, w13, s13, w2, s2, ids, s13_vecs,
-                                 s2_vecs);
+    read_floor_m1_kernel<kLoads, 1><<<grid, kFloorThreads, 0, stream>>>(sink, w13, s13, w2, s2,
+                                                                        ids, s13_vecs, s2_vecs);
   } else {
-    launch_floor_hint<kLoads, 0>(pdl, grid, stream, sink, w13, s13, w2, s2, ids, s13_vecs,
-                                 s2_vecs);
+    read_floor_m1_kernel<kLoads, 0><<<grid, kFloorThreads, 0, stream>>>(sink, w13, s13, w2, s2,
+                                                                        ids, s13_vecs, s2_vecs);
   }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // Chunks (CTAs) per route over the four segments, or over the two of W13 (w13_only: the tuning
@@ -299,7 +278,7 @@ int64_t read_floor_m1_sink_len(int64_t loads_per_thread, bool three_byte) {
 
 void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s13,
                    const at::Tensor& w2, const at::Tensor& s2, const at::Tensor& ids,
-                   int64_t loads_per_thread, bool pdl, int64_t cache_hint) {
+                   int64_t loads_per_thread, int64_t cache_hint) {
   TORCH_CHECK(cache_hint == 0 || cache_hint == 1 || cache_hint == 2,
               "cache_hint must be 0 (ld.global.cs), 1 (L1 no-allocate, L2 256 B prefetch) or 2 "
               "(tuning runs: ld.global.cs of the W13 segments only), got ",
@@ -333,14 +312,6 @@ void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s1
   check_aligned16(w2, "w2");
   check_aligned16(s2, "s2");
   const c10::cuda::CUDAGuard guard(device);
-  if (pdl) {
-    int major = 0;
-    const cudaError_t status =
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index());
-    TORCH_CHECK(status == cudaSuccess, "cudaDeviceGetAttribute: ", cudaGetErrorString(status));
-    TORCH_CHECK(major >= 9, "pdl needs compute capability 9.0 or newer, the device has ",
-                qpn_text::num(major));
-  }
   const int s13_vecs = three_byte ? kS13Vecs3Byte : kS13Vecs4Byte;
   const int s2_vecs = three_byte ? kS2Vecs3Byte : kS2Vecs4Byte;
   const dim3 grid(static_cast<unsigned>(
@@ -354,7 +325,7 @@ void read_floor_m1(at::Tensor& sink, const at::Tensor& w13, const at::Tensor& s1
   auto* s2_ptr = reinterpret_cast<const Vec16*>(s2.data_ptr());
   const int* ids_ptr = ids.data_ptr<int>();
   auto run = [&](auto launcher) {
-    launcher(pdl, cache_hint, grid, stream, sink_ptr, w13_ptr, s13_ptr, w2_ptr, s2_ptr, ids_ptr,
+    launcher(cache_hint, grid, stream, sink_ptr, w13_ptr, s13_ptr, w2_ptr, s2_ptr, ids_ptr,
              s13_vecs, s2_vecs);
   };
   switch (loads_per_thread) {
@@ -381,12 +352,12 @@ void derive_input_m1(at::Tensor& x_next, at::Tensor& ids_next, at::Tensor& weigh
   check_aligned16(seed, "seed");
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index());
-  qpn_launch::launch(derive_input_m1_kernel, dim3(1), dim3(kDeriveThreads), false, stream,
-                     reinterpret_cast<Vec16*>(x_next.data_ptr()), ids_next.data_ptr<int>(),
-                     weights_next.data_ptr<float>(),
-                     reinterpret_cast<const Vec16*>(out_prev.data_ptr()),
-                     reinterpret_cast<const Vec16*>(seed.data_ptr()), ids_src.data_ptr<int>(),
-                     weights_src.data_ptr<float>());
+  derive_input_m1_kernel<<<1, kDeriveThreads, 0, stream>>>(
+      reinterpret_cast<Vec16*>(x_next.data_ptr()), ids_next.data_ptr<int>(),
+      weights_next.data_ptr<float>(), reinterpret_cast<const Vec16*>(out_prev.data_ptr()),
+      reinterpret_cast<const Vec16*>(seed.data_ptr()), ids_src.data_ptr<int>(),
+      weights_src.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace qpnserve_floor
@@ -396,7 +367,7 @@ void derive_input_m1(at::Tensor& x_next, at::Tensor& ids_next, at::Tensor& weigh
 TORCH_LIBRARY(qpnserve_bench, m) {
   m.def(
       "read_floor_m1(Tensor(a!) sink, Tensor w13, Tensor s13, Tensor w2, Tensor s2, "
-      "Tensor ids, int loads_per_thread=8, bool pdl=False, int cache_hint=0) -> ()");
+      "Tensor ids, int loads_per_thread=8, int cache_hint=0) -> ()");
   m.def(
       "derive_input_m1(Tensor(a!) x_next, Tensor(b!) ids_next, Tensor(c!) weights_next, "
       "Tensor out_prev, Tensor seed, Tensor ids_src, Tensor weights_src) -> ()");

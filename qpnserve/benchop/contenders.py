@@ -136,27 +136,23 @@ def op_contender(op: Callable[..., None]) -> Contender:
 
 @dataclass(frozen=True)
 class FloorConfig:
-    """One launch variant of read_floor_m1 (csrc/bench_floor.cu)."""
+    """One launch variant of read_floor_m1 (csrc/bench_floor.cu), launched plainly like the op."""
 
     loads_per_thread: int  # 16-byte loads each thread issues before any use: 2, 4, 8, 16
-    pdl: bool  # programmatic dependent launch (sm_90+)
     cache_hint: int = 0  # 0: ld.global.cs; 1: L1 no-allocate + 256 B L2 prefetch (sm_80+)
 
     @property
     def label(self) -> str:
-        return (
-            f"L{self.loads_per_thread}{'+pdl' if self.pdl else ''}"
-            f"{'+pf256' if self.cache_hint == 1 else ''}"
-        )
+        return f"L{self.loads_per_thread}{'+pf256' if self.cache_hint == 1 else ''}"
 
     @property
     def what(self) -> str:
         hint = ", L1 no-allocate + L2 256 B prefetch" if self.cache_hint == 1 else ""
-        return f"{self.loads_per_thread} x 16 B loads per thread{', PDL' if self.pdl else ''}{hint}"
+        return f"{self.loads_per_thread} x 16 B loads per thread{hint}"
 
 
 def floor_contender(floor: Callable[..., None], config: FloorConfig) -> Contender:
-    """read_floor_m1(sink, w13, s13, w2, s2, ids, loads_per_thread, pdl, cache_hint)."""
+    """read_floor_m1(sink, w13, s13, w2, s2, ids, loads_per_thread, cache_hint)."""
 
     def run(state: LayerState) -> None:
         assert state.sink is not None
@@ -169,7 +165,6 @@ def floor_contender(floor: Callable[..., None], config: FloorConfig) -> Contende
             b.s2,
             state.ids,
             config.loads_per_thread,
-            config.pdl,
             config.cache_hint,
         )
 

@@ -176,9 +176,6 @@ def cuda_ops(
         timer=timer,
         copy_gb_s=lambda: copy_gb_s(device),
         facts=lambda: device_facts(device, recorded_commit),
-        # The operator has no programmatic dependent launch (one cooperative launch), so the
-        # floor it is measured against is launched without it too.
-        pdl_supported=False,
     )
 
 

@@ -41,7 +41,6 @@ class ContenderResult(BaseModel):
 
 class FloorVariant(BaseModel):
     loads_per_thread: int
-    pdl: bool
     cache_hint: int = 0  # 0: ld.global.cs; 1: L1 no-allocate + L2 256 B prefetch
     layer_median_us: float | None
     net_us: float | None
@@ -92,7 +91,7 @@ class EmptyRoutes(BaseModel):
 
 
 class BenchOpReport(BaseModel):
-    schema_version: int = 1
+    schema_version: int = 2  # 2: floor variants lost version 1's always-false `pdl` field
     format: MetaFormat
     layers: int
     iters: int
@@ -239,7 +238,7 @@ def render_table(report: BenchOpReport) -> str:
         + (f"; host op {r.host_op_to_op:.2f}x op" if r.host_op_to_op is not None else "")
     )
     best = ", ".join(
-        f"L{v.loads_per_thread}{'+pdl' if v.pdl else ''}{'+pf256' if v.cache_hint else ''} "
+        f"L{v.loads_per_thread}{'+pf256' if v.cache_hint else ''} "
         + (f"{v.net_us:.2f}" if v.net_us is not None else f"failed: {v.error}")
         for v in report.floor_variants
     )

@@ -57,17 +57,14 @@ class BenchConfig:
     seed: int = 0
     num_experts: int = NUM_EXPERTS  # tests use fewer on a CPU
     floor_variants: tuple[FloorConfig, ...] = tuple(
-        FloorConfig(loads, pdl) for pdl in (False, True) for loads in FLOOR_LOADS_PER_THREAD
+        FloorConfig(loads) for loads in FLOOR_LOADS_PER_THREAD
     )
 
 
 def floor_variants(cache_hints: Sequence[int] = (0,)) -> tuple[FloorConfig, ...]:
-    """Every load depth x PDL off/on x the given cache hints."""
+    """Every load depth x the given cache hints."""
     return tuple(
-        FloorConfig(loads, pdl, hint)
-        for hint in cache_hints
-        for pdl in (False, True)
-        for loads in FLOOR_LOADS_PER_THREAD
+        FloorConfig(loads, hint) for hint in cache_hints for loads in FLOOR_LOADS_PER_THREAD
     )
 
 
@@ -81,7 +78,6 @@ class BenchOps:
     timer: Timer
     copy_gb_s: Callable[[], float]
     facts: Callable[[], rpt.DeviceFacts]
-    pdl_supported: bool = False
     notes: list[str] = field(default_factory=list)
     host_op: Callable[..., None] | None = None  # a native host's own op (hostop.find_host_op)
 
@@ -153,7 +149,7 @@ def run_bench(
     eager_out = [st.out.clone() for st in op_states]
     eager_h = [st.intermediate.clone() for st in op_states]
 
-    variants = [v for v in cfg.floor_variants if ops.pdl_supported or not v.pdl]
+    variants = list(cfg.floor_variants)
     sink_len = max(floor_sink_len(cfg.fmt, v.loads_per_thread) for v in variants)
     floor_states = _states(layers, device, sink_len)
     floor_runs = {v: floor_contender(ops.floor, v) for v in variants}
@@ -173,7 +169,7 @@ def run_bench(
     empty_layers = [replace(b, route_ids=torch.full_like(b.route_ids, -1)) for b in layers]
     op_empty_states = _states(empty_layers, device)
     verify_all_invalid(op_empty_states, ops.derive, op_run)
-    empty_floor = FloorConfig(4, ops.pdl_supported)
+    empty_floor = FloorConfig(4)
     floor_empty_states = _states(empty_layers, device, sink_len)
     floor_empty_run = floor_contender(ops.floor, empty_floor)
     verify_floor(floor_empty_states, ops.derive, floor_empty_run)
@@ -213,7 +209,7 @@ def run_bench(
                 continue
             try:
                 replay_ms = ops.timer(record, cfg.iters, cfg.warmup)
-            except RuntimeError as exc:  # e.g. a PDL launch the graph capture rejects
+            except RuntimeError as exc:  # e.g. a variant the graph capture rejects
                 if not name.startswith("floor:"):
                     raise BenchError(f"timing {name} failed: {exc}") from exc
                 errors[name] = str(exc).splitlines()[0][:200]
@@ -315,7 +311,6 @@ def _results(
         variants.append(
             rpt.FloorVariant(
                 loads_per_thread=v.loads_per_thread,
-                pdl=v.pdl,
                 cache_hint=v.cache_hint,
                 layer_median_us=None if key in errors else median,
                 net_us=None if key in errors or median is None else median - derive_us,

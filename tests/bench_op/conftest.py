@@ -23,7 +23,7 @@ def reference_op(out, intermediate, x, w13, s13, w2, s2, ids, weights) -> None:
     intermediate.copy_(want_h)
 
 
-def python_floor(sink, w13, s13, w2, s2, ids, loads_per_thread, pdl, cache_hint) -> None:
+def python_floor(sink, w13, s13, w2, s2, ids, loads_per_thread, cache_hint) -> None:
     banks = LayerBanks(w13, s13, w2, s2, ids, ids, ids)
     total = floor_expected_sum(banks, ids)
     sink.zero_()
@@ -71,7 +71,7 @@ def small_config() -> BenchConfig:
 
 
 def make_ops(op=reference_op, floor=python_floor, timer=None) -> BenchOps:
-    # derive, op, torch route, dense, then the eight non-PDL floor variants (ms per replay).
+    # derive, op, torch route, dense, then the eight floor variants (ms per replay).
     per_call = [0.002, 0.010, 0.200, 0.030, 0.008, 0.007, 0.006, 0.009]
     timer = timer or ScriptedTimer([*per_call, 0.0085, 0.0075, 0.0065, 0.0095])
     return BenchOps(
@@ -81,5 +81,4 @@ def make_ops(op=reference_op, floor=python_floor, timer=None) -> BenchOps:
         timer=timer,
         copy_gb_s=lambda: 4000.0,
         facts=facts,
-        pdl_supported=False,
     )

@@ -34,7 +34,7 @@ def test_floor_reads_every_routed_word_once(ops, fmt: str, loads: int, cache_hin
     ids = layer.route_ids.clone()
     ids[0, 3] = -1  # an invalid route reads nothing, as in the op
     sink = torch.full((floor_sink_len(fmt, loads),), 7, dtype=torch.int32, device="cuda")
-    ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, ids, loads, False, cache_hint)
+    ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, ids, loads, cache_hint)
     assert int(sink.to(torch.int64).sum()) & 0xFFFFFFFF == floor_expected_sum(
         layer, layer.route_ids[:, [0, 1, 2, 4, 5, 6, 7, 8, 9]]
     )
@@ -48,7 +48,7 @@ def test_floor_w13_mode_reads_every_routed_w13_word_once(ops, fmt: str) -> None:
     ids = layer.route_ids.clone()
     ids[0, 7] = 512  # an invalid route reads nothing
     sink = torch.zeros((floor_sink_len(fmt, 4),), dtype=torch.int32, device="cuda")
-    ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, ids, 4, False, 2)
+    ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, ids, 4, 2)
     assert int(sink.to(torch.int64).sum()) & 0xFFFFFFFF == floor_expected_sum(
         layer, layer.route_ids[:, [0, 1, 2, 3, 4, 5, 6, 8, 9]], w13_only=True
     )
@@ -73,4 +73,4 @@ def test_floor_rejects_bad_loads_per_thread(ops) -> None:
     layer = make_layer("4byte", gen, torch.device("cuda"))
     sink = torch.zeros(8192, dtype=torch.int32, device="cuda")
     with pytest.raises(RuntimeError, match="loads_per_thread"):
-        ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, layer.route_ids, 3, False)
+        ops.read_floor_m1(sink, layer.w13, layer.s13, layer.w2, layer.s2, layer.route_ids, 3)

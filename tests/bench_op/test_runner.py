@@ -26,6 +26,10 @@ def test_bench_reports_ratios_from_scripted_times(small_config: BenchConfig) -> 
     assert report.op.effective_gb_s == pytest.approx(7_680_000 / 4.0 / 1e3)
     assert [v.loads_per_thread for v in report.floor_variants] == [2, 4, 8, 16] * 2
     assert [v.cache_hint for v in report.floor_variants] == [0] * 4 + [1] * 4
+    doc = report.model_dump(mode="json")
+    fields = {"loads_per_thread", "cache_hint", "layer_median_us", "net_us", "error"}
+    assert doc["schema_version"] == 2  # version 1's floor variants also had `pdl`
+    assert all(set(v) == fields for v in doc["floor_variants"])
     assert report.op.verified.startswith("all 2 layers within contract bounds")
     assert report.empty_routes is not None  # timed after the floors: scripted 0.002 and 0.010
     assert report.empty_routes.op_net_us == pytest.approx(0.0)
@@ -70,17 +74,17 @@ def test_bench_refuses_op_whose_replay_differs_from_eager(small_config: BenchCon
 
 
 def test_bench_rejects_floor_that_skips_a_route(small_config: BenchConfig) -> None:
-    def lazy_floor(sink, w13, s13, w2, s2, ids, loads, pdl, hint) -> None:
-        python_floor(sink, w13, s13, w2, s2, ids[:, :9].contiguous(), loads, pdl, hint)
+    def lazy_floor(sink, w13, s13, w2, s2, ids, loads, hint) -> None:
+        python_floor(sink, w13, s13, w2, s2, ids[:, :9].contiguous(), loads, hint)
 
     with pytest.raises(BenchError, match="no read-floor variant read the routed bytes"):
         run_bench(small_config, make_ops(floor=lazy_floor), CPU)
 
 
 def test_bench_drops_only_the_floor_variant_that_misreads(small_config: BenchConfig) -> None:
-    def one_bad_variant(sink, w13, s13, w2, s2, ids, loads, pdl, hint) -> None:
+    def one_bad_variant(sink, w13, s13, w2, s2, ids, loads, hint) -> None:
         subset = ids[:, :9].contiguous() if (loads, hint) == (8, 1) else ids
-        python_floor(sink, w13, s13, w2, s2, subset, loads, pdl, hint)
+        python_floor(sink, w13, s13, w2, s2, subset, loads, hint)
 
     report = run_bench(small_config, make_ops(floor=one_bad_variant), CPU)
     bad = [v for v in report.floor_variants if v.error]

@@ -71,8 +71,8 @@ def cu_host_unit(cu_text: str) -> str:
 
 
 def test_cu_host_unit_keeps_torch_and_host_headers_only() -> None:
-    text = '#include <ATen/cuda/CUDAContext.h>\n#include "a_kernels.cuh"\n#include "pdl_launch.h"\n'
-    assert cu_host_unit(text) == '#include <c10/cuda/CUDAStream.h>\n#include "pdl_launch.h"\n'
+    text = '#include <ATen/cuda/CUDAContext.h>\n#include "a_kernels.cuh"\n#include "host_only.h"\n'
+    assert cu_host_unit(text) == '#include <c10/cuda/CUDAStream.h>\n#include "host_only.h"\n'
 
 
 @pytest.mark.parametrize("source", sorted(p.name for p in CSRC.glob("*.cpp")))
