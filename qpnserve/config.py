@@ -62,7 +62,9 @@ REPORT_DIR = EnvVar(
     "QPNSERVE_REPORT_DIR", "where each tensor-parallel rank writes its route report"
 )
 VERIFY_CAPTURE_DIR = EnvVar(
-    "QPNSERVE_VERIFY_CAPTURE_DIR", "set by live `verify`: where each rank captures its MoE calls"
+    "QPNSERVE_VERIFY_CAPTURE_DIR",
+    "set by live `verify` for its own server: where each rank captures its MoE calls (one "
+    "exported in your shell is not passed on to a server)",
 )
 BUILD_DIR = EnvVar("QPNSERVE_BUILD_DIR", "cache directory of compiled operator extensions")
 # Build scripts for a GPU-less builder pin the target once (7.0 for V100).

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import typer
 
 from qpnserve import __version__
-from qpnserve.config import Settings, load_settings
+from qpnserve.config import VERIFY_CAPTURE_DIR, Settings, load_settings, with_environ
 from qpnserve.errors import ExitCode, QpnError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -146,7 +146,10 @@ def _root(
     ),
 ) -> None:
     """qpnserve: the AWQ M1 decode route for 1Cat-vLLM on 4x V100."""
-    ctx.obj = load_settings()
+    # $QPNSERVE_VERIFY_CAPTURE_DIR is live verify's hand-off to the server it starts (verify
+    # sets it itself); one exported in the shell would make every server qpnserve starts wrap the
+    # host's hook and capture, so the CLI never passes it on.
+    ctx.obj = with_environ(load_settings(), {VERIFY_CAPTURE_DIR.name: None})
 
 
 def settings(ctx: typer.Context) -> Settings:
