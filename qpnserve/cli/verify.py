@@ -106,6 +106,7 @@ def verify(
                 progress=message,
                 build_dir=settings(ctx).build_dir,
                 host=detect_host(),
+                host_env=settings(ctx).environ,
             )
         else:
             offline_only = {"--break": fault, "--meta-format": meta_format != "both"}

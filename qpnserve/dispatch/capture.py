@@ -165,7 +165,12 @@ class Capture:
 
 
 def _meta_format(layer: Any) -> str:
-    return "3byte" if str(layer.w13_tm_scales.dtype).endswith("uint8") else "4byte"
+    """The banks' metadata format as served: 4-byte int32, 3-byte uint8 records, or a native
+    host's int4-zero records (VLLM_SM70_AWQ_MOE_INT4_ZERO: uint8, 5 bytes for two columns)."""
+    scales = layer.w13_tm_scales
+    if not str(scales.dtype).endswith("uint8"):
+        return "4byte"
+    return "int4-zero" if scales.shape[-1] == 5 else "3byte"
 
 
 def _graph_capturing(tensor: Any) -> bool:

@@ -30,7 +30,9 @@ def verify_before_up(
     plan = default_plan(opts.model_dir, None, None, "both", None, "auto")
     from qpnserve.host import detect_host  # the installed files: the converter is loaded from them
 
-    report = run_offline(plan, progress, build_dir=settings.build_dir, host=detect_host())
+    report = run_offline(
+        plan, progress, build_dir=settings.build_dir, host=detect_host(), host_env=settings.environ
+    )
     if report.verdict == "pass":
         progress(f"verify: {report.summary()}; starting the server")
         return report

@@ -35,22 +35,25 @@ def find_ops(host: HostInfo | None, names: list[str]) -> tuple[dict[str, Op] | N
         return None, "no 1Cat-vLLM or ReVolta host is installed"
     import torch
 
-    if not all(hasattr(torch.ops._C, name) for name in names):
+    def missing() -> list[str]:
+        return [name for name in names if not hasattr(torch.ops._C, name)]
+
+    failed = ""
+    if missing():
         package = host.package_dir
         libraries = sorted(Path(package).glob("_C*.so")) if package is not None else []
         if not libraries:
             return None, f"{label(host)} has no _C library in its package directory"
-        for library in libraries:
+        for library in libraries:  # until every name resolves; a failure is kept for the reason
             try:
                 torch.ops.load_library(str(library))
             except (OSError, RuntimeError) as exc:
-                return (
-                    None,
-                    f"{label(host)}'s {library.name} does not load here ({first_line(exc)})",
-                )
-    missing = [name for name in names if not hasattr(torch.ops._C, name)]
-    if missing:
-        return None, f"{label(host)}'s library has no {', '.join(missing)}"
+                why = f"{label(host)}'s {library.name} does not load here ({first_line(exc)})"
+                failed = failed or why
+            if not missing():
+                break
+    if missing():
+        return None, failed or f"{label(host)}'s library has no {', '.join(missing())}"
     return {name: getattr(torch.ops._C, name) for name in names}, ""
 
 

@@ -23,7 +23,7 @@ says why.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,21 @@ from qpnserve.verify.export import ExpertExport, VerifyError
 from qpnserve.verify.prepare import Banks
 
 CONVERTERS: dict[Format, str] = {"4byte": "awq_sm70_prepare", "3byte": "awq_sm70_prepare_compact"}
+# ReVolta repacks the compact converter's records into int4-zero ones (5 bytes for two columns)
+# in Python, after the converter, when this is set; verify --offline does not do that repacking.
+INT4_ZERO_VAR = "VLLM_SM70_AWQ_MOE_INT4_ZERO"
+INT4_ZERO_NOTE = (
+    f"the host serves int4-zero banks ({INT4_ZERO_VAR}=1), repacked after its converter: "
+    "offline verify does not judge that repacking, live verify does"
+)
+
+
+def serves_int4_zero(environ: Mapping[str, str]) -> bool:
+    """As the host reads it: bool(int(value)), unset meaning 0."""
+    try:
+        return int(environ.get(INT4_ZERO_VAR, "0")) != 0
+    except ValueError:  # the host itself would fail to start on it
+        return False
 
 
 @dataclass(frozen=True)
@@ -85,7 +100,10 @@ def write(banks: Banks, expert: int, part: ExpertExport, rank: int, prep: HostPr
     for inputs, interleave in zip(host_inputs(part, rank), (True, False), strict=True):
         tensors = [torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in inputs]
         try:
-            prepared.append(convert(*tensors, GROUP, interleave))
+            result = convert(*tensors, GROUP, interleave)
+            if len(result) < 2:
+                raise ValueError(f"it returned {len(result)} tensors, not [codes, metadata, ...]")
+            prepared.append(result)
         except Exception as exc:  # a compiled converter's failure, in the host's own words
             raise VerifyError(
                 f"the host's _C::{CONVERTERS[banks.fmt]} failed on expert {expert} rank {rank}: "

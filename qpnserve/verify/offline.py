@@ -12,7 +12,7 @@ rounding bound used (bounds.py). torch is imported here, not at the CLI's import
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from qpnserve.geometry import HIDDEN, INTERMEDIATE, TOP_K, TP_SIZE
 from qpnserve.host import HostInfo
 from qpnserve.kernels.reference import FORMATS, Format
 from qpnserve.verify import bounds, host_prepare, prepare, samples, sources
-from qpnserve.verify.export import Checkpoint
+from qpnserve.verify.export import Checkpoint, VerifyError
 from qpnserve.verify.reference import reference
 from qpnserve.verify.report import SampleResult, VerifyReport
 
@@ -95,7 +95,9 @@ def parse_index_list(text: str | None, allowed: list[int], what: str) -> list[in
     return sorted(set(picked))
 
 
-def _run_op(op: Any, banks: prepare.Banks, sample: samples.Sample, device: Any) -> tuple[Any, Any]:
+def _run_op(
+    op: Any, banks: prepare.Banks, sample: samples.Sample, device: Any, where: tuple[int, int]
+) -> tuple[Any, Any]:
     import torch
 
     nan = float("nan")  # poisoned: an element the operator does not write stays NaN
@@ -105,7 +107,13 @@ def _run_op(op: Any, banks: prepare.Banks, sample: samples.Sample, device: Any) 
     ids = torch.from_numpy(sample.ids.reshape(1, TOP_K)).to(device)
     weights = torch.from_numpy(sample.weights.reshape(1, TOP_K)).to(device)
     args = (out, inter, x, banks.w13, banks.s13, banks.w2, banks.s2, ids, weights)
-    op(*args)
+    try:
+        op(*args)
+    except Exception as exc:  # a compiled op's failure (either op), named, never a traceback
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise VerifyError(
+            f"the M1 op failed on layer {where[0]} rank {where[1]} ({banks.fmt} banks): {text}"
+        ) from None
     return out.cpu().numpy().astype(np.float64), inter.cpu().numpy().astype(np.float64)
 
 
@@ -138,19 +146,28 @@ def judge(
 
 
 def run_offline(
-    plan: OfflinePlan, progress: Progress, *, build_dir: Path, host: HostInfo | None = None
+    plan: OfflinePlan,
+    progress: Progress,
+    *,
+    build_dir: Path,
+    host: HostInfo | None = None,
+    host_env: Mapping[str, str] | None = None,
 ) -> VerifyReport:
     """``build_dir``: where the prebuilt operator is (Settings.build_dir); ``host``: the
-    installed host, whose own bank preparation (and, native, M1 op) run where they can."""
+    installed host, whose own bank preparation (and, native, M1 op) run where they can;
+    ``host_env``: the environment its server would get (what it prepares depends on it)."""
     ck = Checkpoint(plan.model)
     device = sources.device(plan.device)
     cost = plan.cost(device.type == "cuda")
     progress(f"verify --offline: {cost}")
-    op, operator = sources.operator(plan.op, host, device, build_dir)
+    banks = {fmt: prepare.Banks(fmt, device) for fmt in plan.meta_formats}
+    ops, operator = sources.operators(plan.op, host, device, build_dir, banks)
     probe_expert = ck.expert(plan.layers[0], samples.routed_experts(plan.layers[0], [0])[0])
-    host_prep, banks_text = sources.banks(
+    host_preps, banks_text = sources.banks(
         plan.banks, plan.fault, list(plan.meta_formats), plan.ranks[0], host, probe_expert, device
     )
+    if host is not None and host.kind != "none" and host_prepare.serves_int4_zero(host_env or {}):
+        banks_text += f"; {host_prepare.INT4_ZERO_NOTE}"
     progress(f"operator: {operator}; {banks_text}")
     report = VerifyReport(
         mode="offline",
@@ -165,7 +182,6 @@ def run_offline(
         fault=plan.fault,
         fault_layer=plan.fault_layer if plan.fault else None,
     )
-    banks = {fmt: prepare.Banks(fmt, device) for fmt in plan.meta_formats}
     for layer in plan.layers:
         fault = plan.fault if layer == plan.fault_layer else None
         layer_samples = [samples.sample(layer, p) for p in plan.prefixes]
@@ -174,10 +190,11 @@ def run_offline(
         for rank_pos, rank in enumerate(plan.ranks):
             shares = (
                 {}
-                if host_prep
+                if len(host_preps) == len(plan.meta_formats)
                 else {e: prepare.share(ex, rank, fault) for e, ex in experts.items()}
             )
             for fmt in plan.meta_formats:
+                host_prep = host_preps.get(fmt)
                 for e, ex in experts.items():
                     if host_prep is not None:
                         host_prepare.write(banks[fmt], e, ex, rank, host_prep)
@@ -190,7 +207,7 @@ def run_offline(
                             layer, s.prefix, rank, "route", fmt, "refused", reason=ref.refused
                         )
                     else:
-                        out, inter = _run_op(op, banks[fmt], s, device)
+                        out, inter = _run_op(ops[fmt], banks[fmt], s, device, (layer, rank))
                         result = judge(layer, s.prefix, rank, "route", fmt, out, inter, ref)
                     report.samples.append(result)
                 banks[fmt].clear()

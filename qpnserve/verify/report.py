@@ -91,7 +91,12 @@ class VerifyReport:
             return "outside"
         if not self.examined:
             return "nothing examined"
-        return "incomplete" if self.refused else "pass"
+        return "incomplete" if self.refused or self.not_served else "pass"
+
+    @property
+    def not_served(self) -> int:
+        """Native host, live: captured calls whose served output was not the route's."""
+        return self.served["checked"] - self.served["identical"] if self.served else 0
 
     @property
     def exit_code(self) -> ExitCode:
@@ -127,6 +132,13 @@ class VerifyReport:
         if verdict == "nothing examined":
             why = self.refused[0].reason if self.refused else "no samples were selected"
             return f"NOT A PASS: nothing was examined ({why})"
+        if verdict == "incomplete" and not self.refused:
+            assert self.served is not None
+            return (
+                f"NOT A PASS: the route served {self.served['identical']} of "
+                f"{self.served['checked']} captured one-token calls (the server's output differed "
+                "from the route's on the others), though every sample is within the bounds"
+            )
         if verdict == "incomplete":
             first = self.refused[0]
             return (

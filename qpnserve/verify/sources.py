@@ -52,10 +52,11 @@ def _ours(dev: Any, build_dir: Path) -> tuple[Any, str]:
     return torch.ops.qpnserve.awq_moe_m1_out, text
 
 
-def _probe_op(op: Any, dev: Any) -> None:
+def _probe_op(op: Any, banks: prepare.Banks, dev: Any) -> None:
+    """One call on ``banks`` (the run's own, still all zero) and zero inputs: a host op that
+    does not take this metadata format or shape raises here, before any sample counts."""
     import torch
 
-    banks = prepare.Banks("4byte", dev, num_experts=1)
     out = torch.empty((1, HIDDEN), dtype=torch.float16, device=dev)
     inter = torch.empty((TOP_K, INTERMEDIATE), dtype=torch.float16, device=dev)
     x = torch.zeros((1, HIDDEN), dtype=torch.float16, device=dev)
@@ -66,26 +67,56 @@ def _probe_op(op: Any, dev: Any) -> None:
         torch.cuda.synchronize()
 
 
-def operator(choice: str, host: HostInfo | None, dev: Any, build_dir: Path) -> tuple[Any, str]:
-    """(the M1 op to run, which one it is in words)."""
+def _fmts(formats: list[str]) -> str:
+    return " and ".join(formats)
+
+
+def operators(
+    choice: str,
+    host: HostInfo | None,
+    dev: Any,
+    build_dir: Path,
+    banks: dict[Format, prepare.Banks],
+) -> tuple[dict[str, Any], str]:
+    """(the M1 op per metadata format, which ones in words): a native host's own op for each
+    format it takes (ReVolta's reads 3-byte metadata), qpnserve's operator for the others."""
     op, why = (None, "--op qpnserve") if choice == "qpnserve" else host_library.native_m1_op(host)
-    if op is not None and host is not None:
+    chosen: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    for fmt, fmt_banks in banks.items():
+        if op is None:
+            refused[fmt] = why
+            continue
         try:
-            _probe_op(op, dev)
-            where = "the CPU" if dev.type == "cpu" else "the GPU"
-            return (
-                op,
-                f"the host's own op _C::{NATIVE_OP_NAME} ({host_library.label(host)}) on {where}",
-            )
-        except Exception as exc:  # a compiled op's failure on this device, in its own words
-            op, why = None, f"its op does not run here ({host_library.first_line(exc)})"
-    if choice == "host":
+            _probe_op(op, fmt_banks, dev)
+            chosen[fmt] = op
+        except Exception as exc:  # a compiled op's refusal or failure, in its own words
+            refused[fmt] = f"it does not run on {fmt} banks here: {host_library.first_line(exc)}"
+    if choice == "host" and refused:
+        first, reason = next(iter(refused.items()))
+        took = [f for f in banks if f in chosen]
         raise VerifyError(
-            f"--op host: the host's own M1 op cannot run here: {why}",
-            hint="run on the V100 machine where a native host is installed, or use --op auto",
+            f"--op host: the host's own M1 op cannot run the {first} samples: {reason}",
+            hint=f"use --meta-format {took[0]}"
+            if took
+            else "use --op auto, or run on the V100 machine where a native host is installed",
         )
-    ours, text = _ours(dev, build_dir)
-    return ours, text if choice == "qpnserve" else f"{text}; not the host's op ({why})"
+    texts = []
+    if chosen and host is not None:
+        where = "the CPU" if dev.type == "cpu" else "the GPU"
+        texts.append(
+            f"the host's own op _C::{NATIVE_OP_NAME} ({host_library.label(host)}) on {where}"
+            + (f" for {_fmts(list(chosen))}" if refused else "")
+        )
+    if refused:
+        ours, text = _ours(dev, build_dir)
+        chosen.update({fmt: ours for fmt in refused})
+        reasons = sorted(set(refused.values()))
+        scope = f" for {_fmts(list(refused))}" if texts else ""
+        if choice != "qpnserve":
+            text += f"{scope}; not the host's op ({'; '.join(reasons)})"
+        texts.append(text)
+    return chosen, "; ".join(texts)
 
 
 def banks(
@@ -96,27 +127,43 @@ def banks(
     host: HostInfo | None,
     probe: ExpertExport,
     dev: Any,
-) -> tuple[host_prepare.HostPreparation | None, str]:
-    """(the host's converters, or None for qpnserve's preparation; who prepares, in words).
-    ``probe``: one expert the converter is tried on, for ``rank``, in every format."""
-    if choice == "qpnserve":
-        prep, why = None, "--banks qpnserve"
-    elif fault:
-        prep, why = None, "--break breaks qpnserve's own preparation"
-    else:
-        prep, why = host_prepare.load(host, formats)
-    if prep is not None:
-        try:
-            for fmt in formats:
-                one = prepare.Banks(fmt, dev, num_experts=1)
-                host_prepare.write(one, 0, probe, rank, prep)
-        except VerifyError as exc:
-            prep, why = None, exc.message
-    if prep is None and choice == "host":
+) -> tuple[dict[str, host_prepare.HostPreparation], str]:
+    """(the host's converter per format it has and can run, who prepares, in words); a format
+    missing from the dict is prepared by qpnserve. ``probe``: one expert each converter is
+    tried on, for ``rank``."""
+    preps: dict[str, host_prepare.HostPreparation] = {}
+    refused: dict[str, str] = {}
+    for fmt in formats:
+        if choice == "qpnserve":
+            refused[fmt] = "--banks qpnserve"
+            continue
+        if fault:
+            refused[fmt] = "--break breaks qpnserve's own preparation"
+            continue
+        prep, why = host_prepare.load(host, [fmt])
+        if prep is not None:
+            try:
+                host_prepare.write(prepare.Banks(fmt, dev, num_experts=1), 0, probe, rank, prep)
+                preps[fmt] = prep
+                continue
+            except VerifyError as exc:
+                why = exc.message
+        refused[fmt] = why
+    if choice == "host" and refused:
+        first, reason = next(iter(refused.items()))
+        took = [f for f in formats if f in preps]
         raise VerifyError(
-            f"--banks host: the host's preparation cannot run here: {why}",
-            hint="run on the V100 machine where the host is installed, or use --banks auto",
+            f"--banks host: the host's preparation cannot make the {first} banks here: {reason}",
+            hint=f"use --meta-format {took[0]}"
+            if took
+            else "run on the V100 machine where the host is installed, or use --banks auto",
         )
-    if prep is not None:
-        return prep, prep.describe(formats)
-    return None, f"{prepare.HOST_PREPARATION_NOTE} ({why})"
+    texts = []
+    if preps:
+        any_prep = next(iter(preps.values()))
+        texts.append(any_prep.describe([f for f in formats if f in preps]))
+    if refused:
+        scope = f"{_fmts(list(refused))} " if preps else ""
+        reasons = "; ".join(sorted(set(refused.values())))
+        texts.append(f"{scope}{prepare.HOST_PREPARATION_NOTE} ({reasons})")
+    return preps, "; ".join(texts)

@@ -101,7 +101,7 @@ def test_native_capture_around_the_real_hook_passes_and_sees_the_route_serve(
     outputs = {}
     for layer, admitted in ((0, True), (1, False)):
         host_layer = layer_from_export(
-            ck, layer, RANK, fmt="4byte", prefixes=[0], **{NATIVE_DECISION_ATTR: admitted}
+            ck, layer, RANK, fmt="3byte", prefixes=[0], **{NATIVE_DECISION_ATTR: admitted}
         )
         method = cls(4, 32, True, host_layer)
         method.process_weights_after_loading(host_layer)
@@ -130,7 +130,7 @@ def test_native_capture_around_the_real_hook_passes_and_sees_the_route_serve(
     assert not torch.all(outputs[0] == HOST_ROUTE_VALUE)  # admitted: the real hook's op call
     report = VerifyReport(
         mode="live", model=str(seeded_checkpoint), operator="test", banks="test", cost="test",
-        layers=[0, 1], prefixes=[0], ranks=[RANK], meta_formats=["4byte"],
+        layers=[0, 1], prefixes=[0], ranks=[RANK], meta_formats=["3byte"],
     )  # fmt: skip
     report = compare_captures(capture_dir, report, arms=["route"])
     assert [(s.layer, s.status) for s in report.samples] == [(0, "within"), (1, "refused")]

@@ -150,3 +150,12 @@ def test_real_loader_fills_w13_as_gate_then_up(revolta_vllm: Path) -> None:
     up = "expert_data = expert_data.narrow(shard_dim, shard_size, shard_size)"
     assert gate in text and up in text.split(gate, 1)[1]
     assert "start_offset = loaded_per_rank * tp_rank" in text  # the rank's contiguous share
+
+
+def test_real_m1_kernels_read_uint8_metadata_as_the_stand_in_requires(revolta_vllm: Path) -> None:
+    # The W13 kernel's parameters, mangled: (const __half* x, const unsigned* w13,
+    # const unsigned char* s13, const int* ids, __half* h): 3-byte records, never int32 ones,
+    # which is why host_ops.native_m1 refuses 4-byte banks and `verify --op` picks per format.
+    with (revolta_vllm / "_C.abi3.so").open("rb") as f, mmap.mmap(f.fileno(), 0, access=1) as m:
+        assert m.find(b"shared_qpn_w13_kernelILi1EEEvPK6__halfPKjPKhPKiPS1_") >= 0
+        assert m.find(b"shared_qpn_w2_reduce_kernelILi0EEEvPK6__halfPKjPKhPKiPKfPS1_") >= 0

@@ -7,8 +7,9 @@ neither this CPU machine nor an H200 can run.
 What they copy from the real host: each op's name and schema, string for string as the wheel's
 library registers them (tests/real_host/test_native_verify_anchors.py holds them against the
 wheel). What they compute, by default:
-- the M1 op: qpnserve's operator (its CPU build, which the caller must have loaded), with the
-  same arguments in the same order (contract section 4);
+- the M1 op: refuses int32 (4-byte) metadata as ReVolta's does, then qpnserve's operator (its
+  CPU or CUDA build, which the caller must have loaded), with the same arguments in the same
+  order (contract section 4);
 - a converter: contract section 3's banks from one expert's AWQ tensors on one rank as vLLM's
   loader leaves them (W13 as [gate | up]; ``interleave_gated_silu`` pairs gate and up columns),
   through the contract's packer. Returns [codes, metadata, leading dims] like the host's.
@@ -44,6 +45,17 @@ def ours(*args: Any) -> None:
     torch.ops.qpnserve.awq_moe_m1_out(*args)
 
 
+def native_m1(*args: Any) -> None:
+    """As ReVolta 0.1.4's op takes its banks: uint8 metadata only (its kernels read the
+    metadata as ``unsigned char const*``; held by tests/real_host), then qpnserve's operator."""
+    import torch
+
+    s13, s2 = args[4], args[6]
+    if s13.dtype != torch.uint8 or s2.dtype != torch.uint8:
+        raise RuntimeError("awq_qpn_m1: W13 metadata dtype/shape/contiguity mismatch")
+    ours(*args)
+
+
 def convert(fmt: str) -> Callable[..., list[Any]]:
     def converter(
         qweight: Any, scales: Any, qzeros: Any, group_size: int, interleave: bool
@@ -71,7 +83,7 @@ def convert(fmt: str) -> Callable[..., list[Any]]:
 
 
 DEFAULTS: dict[str, Callable[..., Any]] = {
-    M1: ours,
+    M1: native_m1,
     "awq_sm70_prepare": convert("4byte"),
     "awq_sm70_prepare_compact": convert("3byte"),
 }

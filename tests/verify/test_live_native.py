@@ -10,6 +10,7 @@ the observer leaves the host's hook alone (observe only)."""
 from __future__ import annotations
 
 import logging
+import types
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def serve_native(
         served = []
         for layer in (0, 1):
             host_layer = layer_from_export(
-                ck, layer, RANK, fmt="4byte", fault=fault if layer == 1 else None,
+                ck, layer, RANK, fmt="3byte", fault=fault if layer == 1 else None,
                 prefixes=[0], **overrides,
             )  # fmt: skip
             method = cls(4, 32, True, host_layer)
@@ -87,7 +88,7 @@ def serve_native(
 def _report(model: Path) -> VerifyReport:
     return VerifyReport(
         mode="live", model=str(model), operator="test", banks="test", cost="test",
-        layers=[0, 1], prefixes=[0], ranks=[RANK], meta_formats=["4byte"],
+        layers=[0, 1], prefixes=[0], ranks=[RANK], meta_formats=["3byte"],
     )  # fmt: skip
 
 
@@ -142,9 +143,12 @@ def test_native_server_output_that_is_not_the_route_is_said(
     host_op.implementation[host_ops.M1] = serves_badly_once_per_layer
     capture_dir, _ = serve_native()
     report = compare_captures(capture_dir, _report(seeded_checkpoint), arms=["route"])
-    assert report.verdict == "pass"  # the route's numerics, run by the capture
+    # The route's numerics (run by the capture) are within, but it did not serve: not a pass.
+    assert {s.status for s in report.samples} == {"within"}
     assert report.served == {"checked": 2, "identical": 0}
+    assert report.verdict == "incomplete" and int(report.exit_code) == 1
     assert "2 were served by something else than the route" in render_table(report)
+    assert report.summary().startswith("NOT A PASS: the route served 0 of 2 captured")
 
 
 def test_native_capture_failure_is_one_warning_and_the_host_serves_on(
@@ -177,3 +181,17 @@ def test_native_observer_without_verify_leaves_the_hook_alone(
     assert cls.__dict__[MARKER]["mode"] == "observe"
     assert cls.__dict__[HOOK] is hook
     assert HOOK not in cls.__dict__[MARKER]["originals"]
+
+
+@pytest.mark.parametrize(
+    ("scales", "label"),
+    [
+        (torch.zeros(1, 80, 320, dtype=torch.int32), "4byte"),
+        (torch.zeros(1, 80, 320, 3, dtype=torch.uint8), "3byte"),
+        (torch.zeros(1, 80, 160, 5, dtype=torch.uint8), "int4-zero"),  # ReVolta's repacked
+    ],
+)
+def test_capture_labels_the_metadata_format_as_served(scales: Any, label: str) -> None:
+    from qpnserve.dispatch.capture import _meta_format
+
+    assert _meta_format(types.SimpleNamespace(w13_tm_scales=scales)) == label

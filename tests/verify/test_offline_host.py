@@ -128,7 +128,7 @@ def test_offline_host_library_that_does_not_load_falls_back_or_refuses(
     assert "revolta 0.1.4's _C.abi3.so does not load here" in json.loads(auto.stdout)["banks"]
     host = _verify(seeded_checkpoint, "--banks", "host")
     assert host.exit_code == 1
-    assert "--banks host: the host's preparation cannot run here" in host.stderr
+    assert "--banks host: the host's preparation cannot make the 4byte banks here" in host.stderr
     assert json.loads(host.stdout)["verdict"] == "error"
 
 
@@ -166,14 +166,16 @@ def test_offline_runs_a_native_hosts_own_op(
 
     converters.implementation[host_ops.M1] = counting
     monkeypatch.setattr(host_module, "detect_host", lambda: _host(tmp_path))
-    result = _verify(seeded_checkpoint, "--op", "host", "--banks", "qpnserve")
+    result = _verify(
+        seeded_checkpoint, "--op", "host", "--banks", "qpnserve", "--meta-format", "3byte"
+    )
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["operator"] == (
         "the host's own op _C::awq_moe_qpn_m1_sm70_out (revolta 0.1.4) on the CPU"
     )
-    assert len(calls) == 1 + 8  # the probe, then every sample
-    assert doc["counts"]["within"] == 8
+    assert len(calls) == 1 + 4  # the probe, then every sample (1 prefix x 4 ranks)
+    assert doc["counts"]["within"] == 4
 
 
 def test_offline_catches_a_wrong_native_op(
@@ -213,4 +215,83 @@ def test_offline_auto_without_a_host_runs_qpnserves_operator_and_says_why(
     assert json.loads(result.stdout)["operator"] == (
         "CPU implementation of the operator (no GPU used); not the host's op "
         "(no 1Cat-vLLM or ReVolta host is installed)"
+    )
+
+
+def test_offline_native_op_runs_the_format_it_takes_and_says_so(
+    seeded_checkpoint: Path, converters: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ReVolta's op reads uint8 metadata only: 3-byte samples on it, 4-byte ones on qpnserve's.
+    monkeypatch.setattr(host_module, "detect_host", lambda: _host(tmp_path))
+    result = _verify(seeded_checkpoint, "--banks", "qpnserve")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["operator"] == (
+        "the host's own op _C::awq_moe_qpn_m1_sm70_out (revolta 0.1.4) on the CPU for 3byte; "
+        "CPU implementation of the operator (no GPU used) for 4byte; not the host's op (it does "
+        "not run on 4byte banks here: awq_qpn_m1: W13 metadata dtype/shape/contiguity mismatch)"
+    )
+    refused = _verify(seeded_checkpoint, "--op", "host")
+    assert refused.exit_code == 1
+    assert "--op host: the host's own M1 op cannot run the 4byte samples" in refused.stderr
+    assert "hint: use --meta-format 3byte" in refused.stderr
+
+
+def test_offline_host_without_the_compact_converter_prepares_4byte_only(
+    seeded_checkpoint: Path, converters: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qpnserve.verify import host_prepare
+
+    # 1Cat-vLLM v1.3.0 registers awq_sm70_prepare and no compact converter.
+    monkeypatch.setattr(
+        host_prepare, "CONVERTERS", {"4byte": "awq_sm70_prepare", "3byte": "qpn_test_absent"}
+    )
+    monkeypatch.setattr(host_module, "detect_host", lambda: _host(tmp_path))
+    result = _verify(seeded_checkpoint)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["banks"] == (
+        "banks prepared by the host's own converter (_C::awq_sm70_prepare of revolta 0.1.4); "
+        "3byte banks prepared by qpnserve; the host's preparation not tested "
+        "(revolta 0.1.4 has no _C library in its package directory)"
+    )
+
+
+def test_offline_op_failing_after_its_probe_is_one_line(
+    seeded_checkpoint: Path, converters: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fails_on_real_inputs(*args: Any) -> None:
+        if bool(args[2].any()):  # the probe's x is all zero; a sample's is not
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        host_ops.ours(*args)
+
+    converters.implementation[host_ops.M1] = fails_on_real_inputs
+    monkeypatch.setattr(host_module, "detect_host", lambda: _host(tmp_path))
+    result = _verify(seeded_checkpoint, "--meta-format", "3byte")
+    assert result.exit_code == 1
+    assert "the M1 op failed on layer 0 rank 0 (3byte banks): CUDA error" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert json.loads(result.stdout)["verdict"] == "error"
+
+
+def test_offline_converter_with_a_short_result_is_one_line(
+    seeded_checkpoint: Path, converters: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    right = host_ops.convert("4byte")
+    converters.implementation["awq_sm70_prepare"] = lambda *a: right(*a)[:1]
+    monkeypatch.setattr(host_module, "detect_host", lambda: _host(tmp_path))
+    result = _verify(seeded_checkpoint, "--banks", "host", "--meta-format", "4byte")
+    assert result.exit_code == 1
+    assert "returned 1 tensors, not [codes, metadata, ...]" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_offline_says_int4_zero_banks_are_not_judged_offline(
+    seeded_checkpoint: Path, converters: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VLLM_SM70_AWQ_MOE_INT4_ZERO", "1")
+    monkeypatch.setattr(host_module, "detect_host", lambda: _host(tmp_path))
+    result = _verify(seeded_checkpoint, "--meta-format", "3byte")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["banks"].endswith(
+        "the host serves int4-zero banks (VLLM_SM70_AWQ_MOE_INT4_ZERO=1), repacked after its "
+        "converter: offline verify does not judge that repacking, live verify does"
     )
