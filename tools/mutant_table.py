@@ -181,6 +181,22 @@ FAULTS: tuple[Fault, ...] = (
         "the native capture would run the host's op on a layer the host declined (its banks "
         "need not be in the op's layout)",
     ),
+    Fault(
+        "cli-passes-on-capture-dir",
+        "qpnserve/cli/app.py",
+        "ctx.obj = with_environ(load_settings(), {VERIFY_CAPTURE_DIR.name: None})",
+        "ctx.obj = load_settings()",
+        (LC + "test_capture_dir_not_passed_on.py",),
+        "an exported capture dir would make a production server wrap the host's hook and capture",
+    ),
+    Fault(
+        "verify-op-probe-one-format",
+        "qpnserve/verify/sources.py",
+        "            _probe_op(op, fmt_banks, dev)",
+        "            _probe_op(op, banks[next(iter(banks))], dev)",
+        ("tests/verify/test_offline_host.py",),
+        "a host op that takes 3-byte metadata only would be run on 4-byte banks (or never used)",
+    ),
     # -- the preflight --
     Fault(
         "preflight-num-experts",

@@ -12,6 +12,7 @@ before any sample is counted.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,15 @@ def _fmts(formats: list[str]) -> str:
     return " and ".join(formats)
 
 
+def _refuse(what: str, refused: dict[str, str], usable: Mapping[str, Any], hint: str) -> None:
+    """`host` asked for: the first format the host's part cannot serve, and the formats it can."""
+    first, reason = next(iter(refused.items()))
+    raise VerifyError(
+        f"{what.format(first)}: {reason}",
+        hint=f"use --meta-format {next(iter(usable))}" if usable else hint,
+    )
+
+
 def operators(
     choice: str,
     host: HostInfo | None,
@@ -93,14 +103,9 @@ def operators(
         except Exception as exc:  # a compiled op's refusal or failure, in its own words
             refused[fmt] = f"it does not run on {fmt} banks here: {host_library.first_line(exc)}"
     if choice == "host" and refused:
-        first, reason = next(iter(refused.items()))
-        took = [f for f in banks if f in chosen]
-        raise VerifyError(
-            f"--op host: the host's own M1 op cannot run the {first} samples: {reason}",
-            hint=f"use --meta-format {took[0]}"
-            if took
-            else "use --op auto, or run on the V100 machine where a native host is installed",
-        )
+        what = "--op host: the host's own M1 op cannot run the {} samples"
+        fallback = "use --op auto, or run on the V100 machine where a native host is installed"
+        _refuse(what, refused, chosen, fallback)
     texts = []
     if chosen and host is not None:
         where = "the CPU" if dev.type == "cpu" else "the GPU"
@@ -150,14 +155,9 @@ def banks(
                 why = exc.message
         refused[fmt] = why
     if choice == "host" and refused:
-        first, reason = next(iter(refused.items()))
-        took = [f for f in formats if f in preps]
-        raise VerifyError(
-            f"--banks host: the host's preparation cannot make the {first} banks here: {reason}",
-            hint=f"use --meta-format {took[0]}"
-            if took
-            else "run on the V100 machine where the host is installed, or use --banks auto",
-        )
+        what = "--banks host: the host's preparation cannot make the {} banks here"
+        fallback = "run on the V100 machine where the host is installed, or use --banks auto"
+        _refuse(what, refused, preps, fallback)
     texts = []
     if preps:
         any_prep = next(iter(preps.values()))
